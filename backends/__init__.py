@@ -1,0 +1,31 @@
+"""Storage backends: one contract (`Storage`), one error set, one stored envelope."""
+
+from .base import ANY, Storage, StoreItem
+from .errors import (
+    ConflictError,
+    FormatError,
+    InvalidKeyError,
+    InvalidValueError,
+    StateTooLargeError,
+    StorageConfigError,
+    StorageError,
+    StorageUnavailableError,
+)
+from .memory import MemoryStorage
+from .registry import open_storage
+
+__all__ = [
+    "ANY",
+    "ConflictError",
+    "FormatError",
+    "InvalidKeyError",
+    "InvalidValueError",
+    "MemoryStorage",
+    "StateTooLargeError",
+    "Storage",
+    "StorageConfigError",
+    "StorageError",
+    "StorageUnavailableError",
+    "StoreItem",
+    "open_storage",
+]

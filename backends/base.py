@@ -1,0 +1,154 @@
+"""The storage contract: batched reads, conditional writes, deletes, listing, TTL.
+
+`Storage` validates every argument and serializes every document before calling the
+backend's primitives, so bad input fails before any I/O and a size guard fails before
+anything of the batch is written.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from .envelope import dump_data
+from .errors import InvalidValueError, StateTooLargeError, StorageUnavailableError
+from .keys import check_key, check_keys, check_prefix
+
+ANY = "*"
+"""Precondition for an unconditional write."""
+
+
+@dataclass(slots=True)
+class StoreItem:
+    """A JSON document and its version.
+
+    On `write`, `etag` is the precondition: a version string (write only if the stored
+    version is still that one), `None` (only if the key does not exist) or `"*"` (always).
+    """
+
+    value: dict[str, Any]
+    etag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """A validated write handed to a backend: key, serialized data and precondition."""
+
+    key: str
+    data: bytes
+    expected: str | None
+
+
+class Storage(ABC):
+    """Base class of every backend; subclasses implement the `_`-prefixed primitives."""
+
+    max_document_bytes: int = 16 * 1024 * 1024
+    """Largest serialized document this backend accepts."""
+
+    atomic_batches: bool = False
+    """True where a whole `write` batch is applied all-or-nothing."""
+
+    _closed: bool = False
+
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        """Read a batch of keys; missing keys are absent from the result."""
+        checked = check_keys(keys)
+        self._check_open()
+        return await self._read(list(dict.fromkeys(checked))) if checked else {}
+
+    async def write(
+        self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
+    ) -> dict[str, str]:
+        """Write a batch conditionally; return each key's new etag.
+
+        Raises `ConflictError` naming the keys whose precondition failed (and which keys
+        of the batch were written), after writing the others.
+        """
+        if not isinstance(changes, Mapping):
+            raise InvalidValueError("write() takes a mapping of key -> StoreItem")
+        prepared = [self._prepare(key, item) for key, item in changes.items()]
+        ttl = _check_ttl(ttl)
+        self._check_open()
+        return await self._write(prepared, ttl) if prepared else {}
+
+    async def delete(
+        self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
+    ) -> None:
+        """Delete keys (missing ones are no-ops); `if_match` gives per-key etag preconditions."""
+        checked = check_keys(keys)
+        conditions = dict(if_match or {})
+        for key, etag in conditions.items():
+            if key not in checked or not isinstance(etag, str) or etag == ANY:
+                raise InvalidValueError(
+                    f"if_match[{key!r}] must be a version string of a key being deleted"
+                )
+        self._check_open()
+        if checked:
+            await self._delete(list(dict.fromkeys(checked)), conditions)
+
+    def list(self, prefix: str = "") -> AsyncIterator[str]:
+        """Iterate the keys that start with `prefix` (for background jobs and scans)."""
+        check_prefix(prefix)
+        self._check_open()
+        return self._list(prefix)
+
+    async def close(self) -> None:
+        """Release connections and files; the storage is unusable afterwards."""
+        if not self._closed:
+            self._closed = True
+            await self._close()
+
+    async def __aenter__(self) -> Storage:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
+        check_key(key)
+        if not isinstance(item, StoreItem):
+            raise InvalidValueError(f"change for key {key!r} must be a StoreItem")
+        if item.etag is not None and (not isinstance(item.etag, str) or not item.etag):
+            raise InvalidValueError(f"etag for key {key!r} must be a non-empty str, '*' or None")
+        data = dump_data(key, item.value)
+        if len(data) > self.max_document_bytes:
+            raise StateTooLargeError(key, len(data), self.max_document_bytes)
+        return PreparedWrite(key, data, item.etag)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageUnavailableError(f"{type(self).__name__} is closed")
+
+    @abstractmethod
+    async def _read(self, keys: list[str]) -> dict[str, StoreItem]: ...
+
+    @abstractmethod
+    async def _write(self, writes: list[PreparedWrite], ttl: float | None) -> dict[str, str]: ...
+
+    @abstractmethod
+    async def _delete(self, keys: list[str], if_match: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def _list(self, prefix: str) -> AsyncIterator[str]: ...
+
+    async def _close(self) -> None:
+        """Release resources; backends with connections override it."""
+
+
+def _check_ttl(ttl: float | None) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
+        raise InvalidValueError(f"ttl must be a finite number of seconds, got {ttl!r}")
+    if ttl <= 0:
+        raise InvalidValueError(f"ttl must be positive, got {ttl!r}")
+    return float(ttl)

@@ -1,0 +1,66 @@
+"""The error types every backend raises, so callers handle one set whatever the store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+class StorageError(Exception):
+    """Base class of every error raised by a storage backend."""
+
+
+class InvalidKeyError(StorageError, ValueError):
+    """A key is empty, not a string, or has a segment that is empty, `.`, `..` or holds NUL."""
+
+
+class InvalidValueError(StorageError, TypeError):
+    """A value is not a JSON object of JSON-serializable data."""
+
+
+class StateTooLargeError(StorageError):
+    """A document is larger than the backend accepts; raised before anything is written."""
+
+    def __init__(self, key: str, size: int, limit: int) -> None:
+        super().__init__(f"document for key {key!r} is {size} bytes; this backend's limit is {limit}")
+        self.key = key
+        self.size = size
+        self.limit = limit
+
+
+class FormatError(StorageError):
+    """A stored document is not an envelope this version understands; it is left untouched."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"stored document for key {key!r} {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class ConflictError(StorageError):
+    """A precondition failed: a stored version moved on, or a create met an existing key.
+
+    `keys` names every key whose precondition failed; `written` maps the keys of the same
+    batch that were written anyway to their new etags (per-key atomicity, not batch).
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[str],
+        written: Mapping[str, str] | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.keys = sorted(keys)
+        self.written = dict(written or {})
+        detail = message or "precondition failed"
+        super().__init__(
+            f"{detail} for key(s) {', '.join(map(repr, self.keys))}"
+            f"; written in the same batch: {sorted(self.written) or 'none'}"
+        )
+
+
+class StorageUnavailableError(StorageError):
+    """The store could not be reached or failed (I/O or SDK error); the cause is chained."""
+
+
+class StorageConfigError(StorageError, ValueError):
+    """A storage URL or option is malformed or names an unknown backend."""

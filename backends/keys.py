@@ -1,0 +1,43 @@
+"""Validation of storage keys: the shape every backend accepts, checked before any I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .errors import InvalidKeyError
+
+
+def check_key(key: object) -> str:
+    """Return `key` if it is a well-formed storage key, else raise `InvalidKeyError`.
+
+    A key is `/`-joined segments; no segment may be empty, `.` or `..`, nor hold NUL,
+    so no key can name a parent, an absolute path or a truncated C string in any store.
+    """
+    if not isinstance(key, str):
+        raise InvalidKeyError(f"storage key must be a str, not {type(key).__name__}")
+    if not key:
+        raise InvalidKeyError("storage key is empty")
+    if "\x00" in key:
+        raise InvalidKeyError(f"storage key {key[:80]!r} contains NUL")
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise InvalidKeyError(f"storage key {key[:80]!r} has an empty, '.' or '..' segment")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidKeyError(f"storage key {key[:80]!r} is not valid Unicode") from exc
+    return key
+
+
+def check_keys(keys: Iterable[str]) -> list[str]:
+    """Validate a batch of keys (a lone str is refused: it would iterate as characters)."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidKeyError("pass a list of keys, not a single string")
+    return [check_key(key) for key in keys]
+
+
+def check_prefix(prefix: object) -> str:
+    """Validate a `list` prefix: any str without NUL (it need not end on a segment)."""
+    if not isinstance(prefix, str) or "\x00" in prefix:
+        raise InvalidKeyError(f"list prefix must be a str without NUL, got {prefix!r:.80}")
+    return prefix

@@ -1,0 +1,32 @@
+"""`open_storage(url)`: pick a backend by URL scheme, importing optional SDKs only when used."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+from urllib.parse import urlsplit
+
+from .base import Storage
+from .errors import StorageConfigError
+
+_SCHEMES: dict[str, str] = {
+    "memory": "backends.memory:MemoryStorage",
+    "file": "backends.file:FileStorage",
+}
+
+
+def open_storage(url: str, **options: Any) -> Storage:
+    """Create a storage from a URL such as `memory://` or `file://./state` or `file:///abs`.
+
+    Extra keyword options go to the backend's constructor.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise StorageConfigError(f"storage URL must look like 'scheme://...', got {url!r}")
+    scheme = urlsplit(url).scheme.lower()
+    target = _SCHEMES.get(scheme)
+    if target is None:
+        known = ", ".join(f"{name}://" for name in sorted(_SCHEMES))
+        raise StorageConfigError(f"unknown storage scheme {scheme!r}; known: {known}")
+    module_name, class_name = target.split(":")
+    factory = getattr(importlib.import_module(module_name), class_name)
+    return factory.from_url(url, **options) if hasattr(factory, "from_url") else factory(**options)

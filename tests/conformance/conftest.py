@@ -1,0 +1,26 @@
+"""Parametrizes the storage conformance suite over every backend's harness."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from tests.conformance.harness import Harness
+from tests.conformance.harness_memory import memory_harness
+
+HARNESSES = {
+    "memory": memory_harness,
+}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+async def harness(request: pytest.FixtureRequest):
+    factory = contextlib.asynccontextmanager(HARNESSES[request.param])
+    async with factory() as h:
+        yield h
+
+
+@pytest.fixture
+def storage(harness: Harness):
+    return harness.storage

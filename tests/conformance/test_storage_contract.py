@@ -1,0 +1,350 @@
+"""The storage contract, run against every backend in `HARNESSES`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import orjson
+import pytest
+
+from backends import (
+    ConflictError,
+    FormatError,
+    InvalidKeyError,
+    InvalidValueError,
+    StateTooLargeError,
+    StorageUnavailableError,
+    StoreItem,
+)
+from state.keys import conversation_key, session_key, user_key
+from tests.conformance.harness import Harness
+
+
+async def create(storage, key, value):
+    return (await storage.write({key: StoreItem(value, None)}))[key]
+
+
+# --- CRUD and batches ---------------------------------------------------------------
+
+
+async def test_create_read_update_delete(storage):
+    etag1 = await create(storage, "c/users/ada", {"name": "Ada", "n": 0})
+    assert isinstance(etag1, str) and etag1
+    item = (await storage.read(["c/users/ada"]))["c/users/ada"]
+    assert item.value == {"name": "Ada", "n": 0} and item.etag == etag1
+
+    etag2 = (await storage.write({"c/users/ada": StoreItem({"n": 1}, etag1)}))["c/users/ada"]
+    assert etag2 != etag1
+    assert (await storage.read(["c/users/ada"]))["c/users/ada"] == StoreItem({"n": 1}, etag2)
+
+    await storage.delete(["c/users/ada"])
+    assert await storage.read(["c/users/ada"]) == {}
+    await storage.delete(["c/users/ada", "c/users/never"])  # missing keys are no-ops
+
+
+async def test_batch_read_leaves_out_missing_keys(storage):
+    await storage.write({"k/a": StoreItem({"a": 1}), "k/b": StoreItem({"b": 2})})
+    found = await storage.read(["k/a", "k/missing", "k/b", "k/a"])
+    assert {k: v.value for k, v in found.items()} == {"k/a": {"a": 1}, "k/b": {"b": 2}}
+    assert await storage.read([]) == {}
+
+
+async def test_falsy_and_nested_values_round_trip(storage):
+    value = {"zero": 0, "empty": "", "no": False, "list": [], "none": None, "obj": {},
+             "deep": {"a": [1, 2.5, {"b": [True, None]}]}, "unicode": "żółw 🐢"}
+    await create(storage, "k/v", value)
+    assert (await storage.read(["k/v"]))["k/v"].value == value
+
+
+async def test_deleting_recreated_key_never_reuses_a_version(storage):
+    first = await create(storage, "k/r", {"i": 1})
+    await storage.delete(["k/r"])
+    second = await create(storage, "k/r", {"i": 2})
+    assert second != first
+    with pytest.raises(ConflictError):
+        await storage.write({"k/r": StoreItem({"i": 3}, first)})
+
+
+# --- preconditions ------------------------------------------------------------------
+
+
+async def test_stale_version_is_a_conflict_naming_the_key(storage):
+    old = await create(storage, "k/p", {"v": 1})
+    await storage.write({"k/p": StoreItem({"v": 2}, old)})
+    with pytest.raises(ConflictError) as info:
+        await storage.write({"k/p": StoreItem({"v": 3}, old)})
+    assert info.value.keys == ["k/p"] and info.value.written == {}
+    assert (await storage.read(["k/p"]))["k/p"].value == {"v": 2}
+
+
+async def test_create_only_fails_on_existing_key(storage):
+    await create(storage, "k/e", {"v": 1})
+    with pytest.raises(ConflictError) as info:
+        await create(storage, "k/e", {"v": 2})
+    assert info.value.keys == ["k/e"]
+    assert (await storage.read(["k/e"]))["k/e"].value == {"v": 1}
+
+
+async def test_version_precondition_on_missing_key_is_a_conflict(storage):
+    etag = await create(storage, "k/m", {"v": 1})
+    await storage.delete(["k/m"])
+    with pytest.raises(ConflictError):
+        await storage.write({"k/m": StoreItem({"v": 2}, etag)})
+    assert await storage.read(["k/m"]) == {}
+
+
+async def test_unconditional_write_creates_and_overwrites(storage):
+    first = (await storage.write({"k/u": StoreItem({"v": 1}, "*")}))["k/u"]
+    second = (await storage.write({"k/u": StoreItem({"v": 2}, "*")}))["k/u"]
+    assert first != second
+    assert (await storage.read(["k/u"]))["k/u"] == StoreItem({"v": 2}, second)
+
+
+async def test_conflict_names_every_failed_key_and_reports_the_written_ones(storage):
+    a = await create(storage, "k/a", {"v": 1})
+    await create(storage, "k/b", {"v": 1})
+    await storage.write({"k/a": StoreItem({"v": 2}, a)})
+    batch = {
+        "k/a": StoreItem({"v": 3}, a),  # stale
+        "k/b": StoreItem({"v": 3}, None),  # exists
+        "k/c": StoreItem({"v": 3}, None),  # fresh
+    }
+    with pytest.raises(ConflictError) as info:
+        await storage.write(batch)
+    error = info.value
+    assert error.keys == ["k/a", "k/b"]
+    stored = await storage.read(["k/a", "k/b", "k/c"])
+    if storage.atomic_batches:
+        assert error.written == {} and "k/c" not in stored
+    else:
+        assert set(error.written) == {"k/c"}
+        assert stored["k/c"] == StoreItem({"v": 3}, error.written["k/c"])
+    assert stored["k/a"].value == {"v": 2} and stored["k/b"].value == {"v": 1}
+
+
+async def test_delete_precondition(storage):
+    etag = await create(storage, "k/d", {"v": 1})
+    await storage.write({"k/d": StoreItem({"v": 2}, etag)})
+    with pytest.raises(ConflictError) as info:
+        await storage.delete(["k/d"], if_match={"k/d": etag})
+    assert info.value.keys == ["k/d"]
+    current = (await storage.read(["k/d"]))["k/d"]
+    await storage.delete(["k/d"], if_match={"k/d": current.etag})
+    assert await storage.read(["k/d"]) == {}
+
+
+# --- concurrency --------------------------------------------------------------------
+
+
+async def test_concurrent_create_only_writers_exactly_one_wins(harness: Harness):
+    clients = [harness.storage] + [await harness.open_another() for _ in range(3)]
+
+    async def attempt(i: int) -> int | None:
+        try:
+            await clients[i % len(clients)].write({"race/one": StoreItem({"winner": i}, None)})
+            return i
+        except ConflictError:
+            return None
+
+    results = await asyncio.gather(*(attempt(i) for i in range(24)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    stored = await harness.storage.read(["race/one"])
+    assert stored["race/one"].value == {"winner": winners[0]}
+
+
+async def test_read_modify_write_with_retry_loses_no_update(harness: Harness):
+    clients = [harness.storage] + [await harness.open_another() for _ in range(3)]
+    await create(harness.storage, "race/counter", {"n": 0})
+
+    async def increment(i: int) -> None:
+        store = clients[i % len(clients)]
+        while True:
+            item = (await store.read(["race/counter"]))["race/counter"]
+            try:
+                await store.write({"race/counter": StoreItem({"n": item.value["n"] + 1}, item.etag)})
+                return
+            except ConflictError:
+                await asyncio.sleep(0)  # yield so the winner's turn can finish
+
+    tasks = 30
+    await asyncio.gather(*(increment(i) for i in range(tasks)))
+    assert (await harness.storage.read(["race/counter"]))["race/counter"].value == {"n": tasks}
+
+
+# --- keys ---------------------------------------------------------------------------
+
+HOSTILE_IDS = [
+    "plain", "a/b", "x/conversations/y", "%2F", "%", "..", ".", "...", "-", "~", "🙂 emoji",
+    "NUL\x00byte", "a" * 1000, "Ada", "ada", "ADA", "29:1abc", "19:x@thread.v2",
+    "con", "aux.txt", " space ", "tab\t", "back\\slash", "q?h#", "\u200b",
+]
+
+
+async def test_hostile_ids_round_trip_and_never_collide(storage):
+    keys = {}
+    for i, ident in enumerate(HOSTILE_IDS):
+        keys[user_key("chan", ident)] = i
+        keys[session_key(ident, ident, "u")] = 1000 + i
+        keys[conversation_key("chan/x", ident)] = 2000 + i
+    assert len(keys) == 3 * len(HOSTILE_IDS)
+    await storage.write({key: StoreItem({"i": i}, None) for key, i in keys.items()})
+    stored = await storage.read(list(keys))
+    assert {key: item.value["i"] for key, item in stored.items()} == keys
+    listed = [key async for key in storage.list("chan/users/")]
+    assert sorted(listed) == sorted(k for k in keys if k.startswith("chan/users/"))
+
+
+@pytest.mark.parametrize(
+    "key", ["", "a//b", "/abs", "a/", "../up", "a/../b", "a/./b", ".", "nul\x00", "\ud800"]
+)
+async def test_malformed_keys_are_refused(storage, key):
+    with pytest.raises(InvalidKeyError):
+        await storage.write({key: StoreItem({"v": 1})})
+    with pytest.raises(InvalidKeyError):
+        await storage.read([key])
+    with pytest.raises(InvalidKeyError):
+        await storage.delete([key])
+
+
+async def test_non_string_keys_are_refused(storage):
+    with pytest.raises(InvalidKeyError):
+        await storage.read([42])
+    with pytest.raises(InvalidKeyError):
+        await storage.read("k/a")  # a lone string would iterate as one-character keys
+
+
+# --- documents ----------------------------------------------------------------------
+
+
+async def test_one_megabyte_documents(storage):
+    value = {"blob": "x" * 1_000_000, "items": list(range(20_000))}
+    await create(storage, "k/big", value)
+    assert (await storage.read(["k/big"]))["k/big"].value == value
+
+
+async def test_oversized_document_fails_before_anything_is_written(storage):
+    too_big = {"blob": "x" * (storage.max_document_bytes + 1)}
+    with pytest.raises(StateTooLargeError) as info:
+        await storage.write({"k/small": StoreItem({"ok": True}), "k/huge": StoreItem(too_big)})
+    assert info.value.key == "k/huge" and info.value.limit == storage.max_document_bytes
+    assert await storage.read(["k/small", "k/huge"]) == {}
+
+
+async def test_no_aliasing_either_way(storage):
+    value = {"list": [1, {"deep": "a"}]}
+    await create(storage, "k/alias", value)
+    value["list"][1]["deep"] = "changed by caller after write"
+    first = (await storage.read(["k/alias"]))["k/alias"].value
+    assert first == {"list": [1, {"deep": "a"}]}
+    first["list"].append("changed by caller after read")
+    second = (await storage.read(["k/alias"]))["k/alias"].value
+    assert second == {"list": [1, {"deep": "a"}]}
+
+
+@pytest.mark.parametrize(
+    "bad_value, error",
+    [([1, 2], InvalidValueError), ("text", InvalidValueError), ({"f": {1, 2}}, InvalidValueError),
+     ({"o": object()}, InvalidValueError)],
+)
+async def test_invalid_values_fail_before_anything_is_written(storage, bad_value, error):
+    with pytest.raises(error):
+        await storage.write({"k/good": StoreItem({"ok": 1}), "k/bad": StoreItem(bad_value)})
+    assert await storage.read(["k/good", "k/bad"]) == {}
+
+
+async def test_invalid_arguments_are_refused(storage):
+    with pytest.raises(InvalidValueError):
+        await storage.write({"k/a": {"not": "a StoreItem"}})
+    with pytest.raises(InvalidValueError):
+        await storage.write({"k/a": StoreItem({"v": 1}, "")})
+    for ttl in (0, -1, float("nan"), True, "10"):
+        with pytest.raises(InvalidValueError):
+            await storage.write({"k/a": StoreItem({"v": 1})}, ttl=ttl)
+    with pytest.raises(InvalidValueError):
+        await storage.delete(["k/a"], if_match={"k/other": "1"})
+    assert await storage.read(["k/a"]) == {}
+
+
+async def test_invalid_input_is_checked_before_any_io(harness: Harness):
+    """A closed store fails every I/O; bad input must be refused before that point."""
+    another = await harness.open_another()
+    if another is harness.storage:
+        another = type(harness.storage)()
+    await another.close()
+    with pytest.raises(InvalidKeyError):
+        await another.write({"a//b": StoreItem({})})
+    with pytest.raises(InvalidValueError):
+        await another.write({"k/a": StoreItem([])})
+    with pytest.raises(StorageUnavailableError):
+        await another.read(["k/a"])
+
+
+# --- stored format ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        orjson.dumps({"v": 2, "key": "k/f", "meta": {}, "data": {"from": "the future"}}),
+        orjson.dumps({"v": "1", "data": {}}),
+        orjson.dumps({"just": "a document"}),
+        b"\x00not json at all",
+    ],
+    ids=["newer-version", "string-version", "no-envelope", "garbage"],
+)
+async def test_unknown_formats_are_refused_and_left_intact(harness: Harness, raw):
+    await harness.put_raw("k/f", raw)
+    with pytest.raises(FormatError) as info:
+        await harness.storage.read(["k/f"])
+    assert info.value.key == "k/f"
+    with pytest.raises(ConflictError):  # the reader had no version, so a create must not win
+        await harness.storage.write({"k/f": StoreItem({"fresh": True}, None)})
+    assert await harness.get_raw("k/f") == raw
+
+
+async def test_stored_envelope_has_format_version_and_metadata(harness: Harness):
+    await create(harness.storage, "k/env", {"a": 1})
+    envelope = orjson.loads(await harness.get_raw("k/env"))
+    assert envelope["v"] == 1 and envelope["data"] == {"a": 1}
+    assert envelope["key"] == "k/env" and "updated_at" in envelope["meta"]
+
+
+# --- listing, TTL, lifecycle --------------------------------------------------------
+
+
+async def test_list_by_prefix(storage):
+    keys = ["t/users/1", "t/users/2", "t/users2/x", "t/conversations/c", "u/users/1"]
+    await storage.write({k: StoreItem({}) for k in keys})
+    assert sorted([k async for k in storage.list("t/users/")]) == ["t/users/1", "t/users/2"]
+    assert sorted([k async for k in storage.list("t/")]) == sorted(k for k in keys if k[0] == "t")
+    assert sorted([k async for k in storage.list()]) == sorted(keys)
+    assert [k async for k in storage.list("none/")] == []
+
+
+async def test_ttl_expiry(storage):
+    ttl = 0.5
+    start = time.monotonic()
+    await storage.write({"k/ttl": StoreItem({"v": 1}), "k/keep": StoreItem({"v": 1})}, ttl=None)
+    await storage.write({"k/ttl": StoreItem({"v": 2}, "*")}, ttl=ttl)
+    assert "k/ttl" in await storage.read(["k/ttl"]) or time.monotonic() - start >= ttl
+    deadline = start + 10
+    while "k/ttl" in await storage.read(["k/ttl"]):
+        assert time.monotonic() < deadline, "document outlived its TTL by far"
+        await asyncio.sleep(0.05)  # waiting for the clock, not for another task
+    assert time.monotonic() - start >= ttl * 0.9
+    assert [k async for k in storage.list("k/")] == ["k/keep"]
+    assert (await create(storage, "k/ttl", {"v": 3}))  # an expired key can be created again
+
+
+async def test_closed_storage_refuses_io(harness: Harness):
+    another = await harness.open_another()
+    if another is harness.storage:
+        another = type(harness.storage)()
+    async with another as opened:
+        assert opened is another
+    with pytest.raises(StorageUnavailableError):
+        await another.read(["k/a"])
+    with pytest.raises(StorageUnavailableError):
+        await another.write({"k/a": StoreItem({})})
