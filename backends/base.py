@@ -140,7 +140,7 @@ class Storage(ABC):
     @abstractmethod
     def _list(self, prefix: str) -> AsyncIterator[str]: ...
 
-    async def _close(self) -> None:
+    async def _close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release resources; backends with connections override it."""
 
 

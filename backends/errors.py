@@ -21,7 +21,9 @@ class StateTooLargeError(StorageError):
     """A document is larger than the backend accepts; raised before anything is written."""
 
     def __init__(self, key: str, size: int, limit: int) -> None:
-        super().__init__(f"document for key {key!r} is {size} bytes; this backend's limit is {limit}")
+        super().__init__(
+            f"document for key {key!r} is {size} bytes; this backend's limit is {limit}"
+        )
         self.key = key
         self.size = size
         self.limit = limit

@@ -83,7 +83,10 @@ class MemoryStorage(Storage):
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         now = time.monotonic()
         with self._lock:
-            keys = sorted(k for k, e in self._entries.items() if k.startswith(prefix) and e.alive(now))
+            keys = sorted(
+                key for key, entry in self._entries.items()
+                if key.startswith(prefix) and entry.alive(now)
+            )
         for key in keys:
             yield key
 

@@ -162,8 +162,9 @@ async def test_read_modify_write_with_retry_loses_no_update(harness: Harness):
         store = clients[i % len(clients)]
         while True:
             item = (await store.read(["race/counter"]))["race/counter"]
+            next_value = {"n": item.value["n"] + 1}
             try:
-                await store.write({"race/counter": StoreItem({"n": item.value["n"] + 1}, item.etag)})
+                await store.write({"race/counter": StoreItem(next_value, item.etag)})
                 return
             except ConflictError:
                 await asyncio.sleep(0)  # yield so the winner's turn can finish

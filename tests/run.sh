@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs the project and the servers the tests
+# need, starts them on loopback, runs pytest, and stops every server it started by PID.
+# Usage: bash tests/run.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+RUN_DIR="$ROOT/.test-services"
+PY=${PYTHON:-python3}
+PIDS=()
+
+log() { printf '[run.sh] %s\n' "$*" >&2; }
+
+stop_servers() {
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+}
+trap stop_servers EXIT
+
+wait_for_port() {  # wait_for_port PORT NAME: until something accepts on 127.0.0.1:PORT, max 30 s
+  local deadline=$((SECONDS + 30))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do
+    if ((SECONDS > deadline)); then log "$2 did not open port $1"; exit 1; fi
+    sleep 0.1
+  done
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+install_python() {
+  if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+}
+
+install_redis() {
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    log "installing redis-server (Debian package)"
+    apt-get update -qq >/dev/null && apt-get install -y -qq redis-server >/dev/null
+  fi
+}
+
+start_redis() {  # start_redis PORT DIR [extra args]: foreground server in the background, PID kept
+  local port=$1 dir=$2; shift 2
+  port_free "$port" || { log "port $port is busy; stop what holds it"; exit 1; }
+  mkdir -p "$dir" && rm -f "$dir/nodes.conf"
+  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
+    --dir "$dir" --logfile "$dir/redis.log" "$@" &
+  PIDS+=($!)
+  wait_for_port "$port" "redis-server"
+}
+
+start_redis_cluster() {
+  local ports=(7000 7001 7002) nodes=()
+  for p in "${ports[@]}"; do
+    start_redis "$p" "$RUN_DIR/cluster-$p" --cluster-enabled yes --cluster-config-file nodes.conf
+    nodes+=("127.0.0.1:$p")
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+  local deadline=$((SECONDS + 30))
+  until redis-cli -p 7000 cluster info | grep -q 'cluster_state:ok'; do
+    if ((SECONDS > deadline)); then log "redis cluster did not become ready"; exit 1; fi
+    sleep 0.1
+  done
+}
+
+install_python
+install_redis
+rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
+start_redis 6390 "$RUN_DIR/redis"
+start_redis_cluster
+
+export AGENT_STATE_REQUIRE_SERVERS=1
+export AGENT_STATE_REDIS_URL=redis://127.0.0.1:6390/0
+export AGENT_STATE_REDIS_CLUSTER_URL=redis://127.0.0.1:7000/0
+
+set +e
+.venv/bin/python -m pytest -q "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then log "pytest collected no tests"; exit 1; fi
+exit "$status"
