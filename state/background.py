@@ -1,0 +1,141 @@
+"""State access for background jobs: by ids, with no turn and no activity.
+
+Two ways to edit, both bounded by `retries` and ending in `StateConflictError`:
+
+- `edit_state(storage, cls, ids, fn)` runs `fn(bucket)` on a fresh read and re-runs it on a
+  newer read whenever the write meets a conflict: right for any edit (counters included).
+- `async with open_state(storage, cls, ids) as bucket:` saves on exit. A block cannot be
+  re-run, so on a conflict its recorded patch is replayed onto the newer version; when the
+  other writer changed the same paths (a list counts as one value), `StateConflictError`
+  names them instead of overwriting. Use `edit_state` for read-dependent edits.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar
+
+from backends.base import Storage
+from backends.errors import InvalidKeyError
+
+from .bucket import AgentState, load_buckets, save_buckets
+from .errors import StateConflictError
+from .ids import TurnIds
+from .keys import escape_segment, parse_key
+from .scopes import UserState
+
+B = TypeVar("B", bound=AgentState)
+
+
+async def read_state(storage: Storage, cls: type[B], ids: TurnIds) -> B:
+    """Read one scope's bucket for `ids` (empty when not stored yet)."""
+    bucket = cls(cls.key_for(ids))
+    await load_buckets(storage, [bucket])
+    return bucket
+
+
+async def edit_state(
+    storage: Storage,
+    cls: type[B],
+    ids: TurnIds,
+    fn: Callable[[B], Awaitable[object] | object],
+    *,
+    retries: int = 3,
+) -> B:
+    """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`."""
+    _check_retries(retries)
+    failures = 0
+    while True:
+        bucket = await read_state(storage, cls, ids)
+        outcome = fn(bucket)
+        if inspect.isawaitable(outcome):
+            await outcome
+        try:
+            await save_buckets(storage, [bucket])
+            return bucket
+        except StateConflictError as exc:
+            failures += 1
+            if failures > retries:
+                raise _exhausted(bucket, retries, exc) from exc
+
+
+@asynccontextmanager
+async def open_state(
+    storage: Storage, cls: type[B], ids: TurnIds, *, retries: int = 3
+) -> AsyncIterator[B]:
+    """Yield a bucket read fresh and save it when the block exits without an error.
+
+    On a conflict the block's changes are rebased onto the newer version and written again;
+    `StateConflictError` when both changed the same paths or the retries run out.
+    """
+    _check_retries(retries)
+    bucket = await read_state(storage, cls, ids)
+    yield bucket
+    failures = 0
+    while True:
+        try:
+            await save_buckets(storage, [bucket])
+            return
+        except StateConflictError as exc:
+            failures += 1
+            if failures > retries:
+                raise _exhausted(bucket, retries, exc) from exc
+        found = await storage.read([bucket.key])  # type: ignore[list-item]
+        bucket.rebase(found.get(bucket.key))  # type: ignore[arg-type]
+
+
+def open_user(
+    storage: Storage,
+    channel_id: str,
+    user_id: str,
+    *,
+    namespace: str | None = None,
+    retries: int = 3,
+) -> AbstractAsyncContextManager[UserState]:
+    """`open_state` for a user's state on a channel."""
+    ids = TurnIds(channel_id=channel_id, user_id=user_id, namespace=namespace)
+    return open_state(storage, UserState, ids, retries=retries)
+
+
+def list_users(
+    storage: Storage, channel_id: str, *, namespace: str | None = None
+) -> AsyncIterator[str]:
+    """The ids of the users with stored state on a channel (session keys are not included)."""
+    return _list_ids(storage, channel_id, "users", "user", namespace)
+
+
+def list_conversations(
+    storage: Storage, channel_id: str, *, namespace: str | None = None
+) -> AsyncIterator[str]:
+    """The ids of a channel's conversations with stored state (not their sessions)."""
+    return _list_ids(storage, channel_id, "conversations", "conversation", namespace)
+
+
+async def _list_ids(
+    storage: Storage, channel_id: str, folder: str, scope: str, namespace: str | None
+) -> AsyncIterator[str]:
+    """Decode the keys under `{channel}/{folder}/` that are of `scope`; skip any other key."""
+    head = [escape_segment(namespace, what="namespace")] if namespace is not None else []
+    prefix = "/".join([*head, escape_segment(channel_id, what="channel id"), folder, ""])
+    async for key in storage.list(prefix):
+        try:
+            parsed = parse_key(key, namespace=namespace)
+        except InvalidKeyError:
+            continue
+        if parsed.scope == scope:
+            yield parsed.user if scope == "user" else parsed.conversation  # type: ignore[misc]
+
+
+def _check_retries(retries: int) -> None:
+    if type(retries) is not int or retries < 0:
+        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+
+
+def _exhausted(bucket: AgentState, retries: int, cause: StateConflictError) -> StateConflictError:
+    return StateConflictError(
+        cause.keys,
+        scopes=[bucket.scope],
+        message=f"gave up after {retries + 1} conflicting writes of {bucket.scope!r} state",
+    )

@@ -1,0 +1,302 @@
+"""`AgentState`: one scope's document for one turn, dict-like, tracking what changed since load.
+
+Change tracking is lazy: a bucket keeps the stored document untouched until first accessed,
+then keeps the orjson bytes of what it started from. An untouched bucket costs nothing at save;
+a touched one costs one serialization and a bytes comparison. The RFC 6902 patch against the
+start is only computed when asked for (`changes()`) or when rebasing after a conflict.
+"""
+
+from __future__ import annotations
+
+from abc import ABCMeta
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import Any, ClassVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from backends.base import Storage, StoreItem
+from backends.errors import ConflictError
+
+from . import typed
+from .errors import ScopeError, StateConflictError, StateError, StateValueError
+from .ids import TurnIds
+from .paths import MISSING, check_json, child, drop, members, put, rebase_patch
+
+_DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+class _Slotted(ABCMeta):
+    """Gives every bucket class `__slots__`, so `bucket.name = x` fails instead of being lost."""
+
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any):
+        namespace.setdefault("__slots__", ())
+        return super().__new__(mcls, name, bases, namespace, **kw)
+
+
+class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
+    """Base of every bucket: a dict of JSON values, or a pydantic model when `model` is set.
+
+    Subclasses set `scope` (the name used by `TurnState` and in `"scope:key"` prefixes) and,
+    when persisted, override `key_for`. A typed bucket (`model = MyModel`) exposes the model
+    as `data`; its dict interface reads and sets the model's fields, and in-place edits to
+    the model are saved. `schema_version` and `migration()` upgrade older stored documents.
+    """
+
+    scope: ClassVar[str]
+    persisted: ClassVar[bool] = True
+    model: ClassVar[type[BaseModel] | None] = None
+    schema_version: ClassVar[int | None] = None
+    _migrations: ClassVar[dict[int, typed.Migration]] = {}
+
+    __slots__ = ("_key", "_etag", "_raw", "_value", "_base", "_pending")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "scope" in cls.__dict__ and not _is_scope_name(cls.scope):
+            raise ScopeError(f"{cls.__name__}.scope {cls.scope!r} must be a lower-case identifier")
+        if cls.model is not None and not (
+            isinstance(cls.model, type) and issubclass(cls.model, BaseModel)
+        ):
+            raise TypeError(f"{cls.__name__}.model must be a pydantic BaseModel subclass")
+        version = cls.schema_version
+        if version is not None and (cls.model is None or type(version) is not int or version < 1):
+            raise TypeError(f"{cls.__name__}.schema_version needs a model and an int >= 1")
+        cls._migrations = dict(cls._migrations)
+
+    def __init__(self, key: str | None = None, item: StoreItem | None = None) -> None:
+        self._key = key
+        self.load(item)
+
+    @classmethod
+    def key_for(cls, ids: TurnIds) -> str:
+        """The storage key of this scope for `ids`; `MissingIdError` names any missing id."""
+        raise ScopeError(f"scope {getattr(cls, 'scope', cls.__name__)!r} has no storage key")
+
+    @classmethod
+    def migration(cls, from_version: int) -> Callable[[typed.Migration], typed.Migration]:
+        """Register a function upgrading a stored document from `from_version` to the next."""
+        target = cls.schema_version
+        if target is None or type(from_version) is not int or not 1 <= from_version < target:
+            raise ValueError(
+                f"{cls.__name__} migrations go from a version in 1..{(target or 1) - 1}"
+            )
+        if from_version in cls.__dict__["_migrations"]:
+            raise ValueError(f"{cls.__name__} already has a migration from {from_version}")
+
+        def register(fn: typed.Migration) -> typed.Migration:
+            cls._migrations[from_version] = fn
+            return fn
+
+        return register
+
+    @property
+    def key(self) -> str | None:
+        """The storage key, or None for a bucket that is never stored."""
+        return self._key
+
+    @property
+    def etag(self) -> str | None:
+        """The stored version this bucket starts from; None when it was not stored yet."""
+        return self._etag
+
+    @property
+    def data(self) -> Any:
+        """The live document: the model instance of a typed bucket, else a dict of JSON values."""
+        return self._root()
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._root()
+        if self.model is not None:
+            if not isinstance(value, self.model):
+                raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
+        elif isinstance(value, dict):
+            check_json(value)
+        else:
+            raise StateValueError(f"{type(self).__name__}.data must be a dict")
+        self._value = value
+
+    def __getitem__(self, key: str) -> Any:
+        value = child(self._root(), key)
+        if value is MISSING:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, or `default` when absent (falsy stored values are returned)."""
+        value = child(self._root(), key)
+        return default if value is MISSING else value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        try:
+            put(self._root(), key, value)
+        except ValidationError as exc:
+            raise typed.validation_error(self._key, exc) from exc
+
+    def set(self, key: str, value: Any) -> None:
+        """Set `key` to a JSON value (a model field's value in a typed bucket)."""
+        self[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if not drop(self._root(), key):
+            raise KeyError(key)
+
+    def delete(self, key: str) -> None:
+        """Remove `key` if present (no error when it is absent)."""
+        drop(self._root(), key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and child(self._root(), key) is not MISSING
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(members(self._root()))
+
+    def __len__(self) -> int:
+        return len(members(self._root()))
+
+    def clear(self) -> None:
+        """Empty the bucket; a typed bucket goes back to its model's defaults."""
+        root = self._root()
+        if isinstance(root, BaseModel):
+            self._value = typed.decode(type(self), self._key, None)
+        else:
+            root.clear()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self._key!r}, etag={self._etag!r})"
+
+    @property
+    def changed(self) -> bool:
+        """Whether the document differs from what was loaded (or last saved), nested edits too."""
+        return self._base is not None and self._dump(self._document()) != self._base
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
+        if self._base is None:
+            return []
+        from .protocol.jsonpatch import make_patch  # deferred: the protocol layer imports state
+
+        return make_patch(orjson.loads(self._base), self._document())
+
+    def document(self) -> dict[str, Any]:
+        """A fresh copy of the document as it would be stored now."""
+        self._root()
+        return orjson.loads(self._dump(self._document()))
+
+    def load(self, item: StoreItem | None) -> None:
+        """Start over from a stored version (None: not stored yet), dropping unsaved edits."""
+        self._raw = item.value if item is not None else None
+        self._etag = item.etag if item is not None else None
+        self._value = self._base = self._pending = None
+
+    def pending_write(self) -> StoreItem | None:
+        """The write this bucket needs (document and precondition), or None when unchanged.
+
+        Raises `StateValueError` / `StateValidationError` for a document that cannot be
+        stored, before anything is written.
+        """
+        if self._base is None:
+            return None
+        document = self._document()
+        dumped = self._dump(document)
+        if dumped == self._base:
+            return None
+        if self.model is not None:
+            typed.check(type(self), self._key, document)
+        self._pending = dumped
+        return StoreItem(document, self._etag)
+
+    def mark_saved(self, etag: str) -> None:
+        """Record that the last `pending_write()` was stored as version `etag`."""
+        if self._pending is None:
+            raise StateError("mark_saved() needs a pending_write() first")
+        self._base, self._etag, self._pending = self._pending, etag, None
+
+    def rebase(self, newer: StoreItem | None) -> None:
+        """Replay this bucket's changes onto a newer stored version, after a write conflict.
+
+        Raises `StateConflictError` naming the paths when the newer version changed what
+        these changes touch (a list counts as one value), leaving the bucket as it was.
+        """
+        from .protocol.jsonpatch import PatchConflictError, apply_patch, make_patch
+
+        if self._base is None:
+            self.load(newer)
+            return
+        base = orjson.loads(self._base)
+        fresh = type(self)(self._key, newer)
+        theirs = fresh._document_of(fresh._root())
+        patch, clashes = rebase_patch(
+            base, make_patch(base, self._document()), make_patch(base, theirs)
+        )
+        if clashes:
+            raise StateConflictError([self._key or ""], scopes=[self.scope], paths=clashes)
+        try:
+            merged = apply_patch(theirs, patch)
+        except PatchConflictError as exc:
+            raise StateConflictError(
+                [self._key or ""], scopes=[self.scope], message=f"cannot rebase: {exc}"
+            ) from exc
+        self._value = merged if self.model is None else typed.decode(type(self), self._key, merged)
+        self._raw, self._etag, self._base, self._pending = None, fresh._etag, fresh._base, None
+
+    def _root(self) -> Any:
+        """The live document, decoded on first access (which also records the starting bytes)."""
+        if self._base is None:
+            raw = self._raw
+            if self.model is None:
+                value: Any = raw if raw is not None else {}
+            else:
+                value = typed.decode(type(self), self._key, raw)
+            self._base = self._dump(self._document_of(value))
+            self._value, self._raw = value, None
+        return self._value
+
+    def _document(self) -> dict[str, Any]:
+        return self._document_of(self._value)
+
+    def _document_of(self, value: Any) -> dict[str, Any]:
+        return value if self.model is None else typed.encode(type(self), value)
+
+    def _dump(self, document: dict[str, Any]) -> bytes:
+        try:
+            return orjson.dumps(document, option=_DUMP_OPTIONS)
+        except TypeError as exc:
+            raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from exc
+
+
+async def load_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
+    """Load every bucket with one batched read (none when there is no bucket)."""
+    by_key = {bucket.key: bucket for bucket in buckets}
+    found = await storage.read(list(by_key)) if by_key else {}
+    for key, bucket in by_key.items():
+        bucket.load(found.get(key))  # type: ignore[arg-type]
+
+
+async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
+    """Write the changed buckets in one conditional batch; none when nothing changed.
+
+    A failed precondition raises `StateConflictError` naming the scopes; buckets of the batch
+    that were written anyway are marked saved, the others keep their changes for a retry.
+    """
+    pending: dict[str, tuple[AgentState, StoreItem]] = {}
+    for bucket in buckets:
+        item = bucket.pending_write()
+        if item is not None:
+            pending[bucket.key] = (bucket, item)  # type: ignore[index]
+    if not pending:
+        return
+    try:
+        etags = await storage.write({key: item for key, (_, item) in pending.items()})
+    except ConflictError as exc:
+        for key, etag in exc.written.items():
+            pending[key][0].mark_saved(etag)
+        scopes = [pending[key][0].scope for key in exc.keys]
+        raise StateConflictError(exc.keys, exc.written, scopes=scopes) from exc
+    for key, etag in etags.items():
+        pending[key][0].mark_saved(etag)
+
+
+def _is_scope_name(name: object) -> bool:
+    return isinstance(name, str) and name.isidentifier() and name.islower() and name[0] != "_"

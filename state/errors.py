@@ -1,0 +1,68 @@
+"""The errors of the state layer, so handlers and jobs can tell a bad id from a bad value."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from backends.errors import ConflictError
+
+
+class StateError(Exception):
+    """Base class of every error raised by the state layer."""
+
+
+class MissingIdError(StateError, ValueError):
+    """A scope's key needs an id (channel, user, conversation, app name) the turn does not have."""
+
+    def __init__(self, scope: str, missing: Iterable[str]) -> None:
+        self.scope = scope
+        self.missing = tuple(missing)
+        super().__init__(
+            f"{scope} state needs {' and '.join(self.missing)}, which this turn does not have"
+        )
+
+
+class ScopeError(StateError, ValueError):
+    """A scope name is unknown, malformed, or clashes with another scope or a TurnState name."""
+
+
+class StateValueError(StateError, TypeError):
+    """A value put into state is not JSON (dicts with str keys, lists, str, numbers, bool, None)."""
+
+
+class StatePathError(StateError, TypeError):
+    """A dotted path is malformed or runs through a value that is not a container."""
+
+
+class StateValidationError(StateError, ValueError):
+    """A typed bucket's document fails its model or schema version; names the key and field."""
+
+    def __init__(self, key: str | None, field: str, reason: str) -> None:
+        self.key = key
+        self.field = field
+        self.reason = reason
+        super().__init__(f"state for key {key!r} is invalid at field {field!r}: {reason}")
+
+
+class StateConflictError(ConflictError, StateError):
+    """A bucket's conditional write failed: someone else changed it since it was read.
+
+    `scopes` names the scopes whose write failed; `paths` the JSON pointers that both
+    writers changed, when the conflict was found while rebasing onto the newer version.
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[str],
+        written: Mapping[str, str] | None = None,
+        *,
+        scopes: Iterable[str],
+        paths: Iterable[str] = (),
+        message: str | None = None,
+    ) -> None:
+        self.scopes = sorted(scopes)
+        self.paths = list(paths)
+        detail = message or f"state of scope(s) {', '.join(map(repr, self.scopes))} changed"
+        if self.paths:
+            detail += f" at {', '.join(map(repr, self.paths))}"
+        super().__init__(keys, written, detail)

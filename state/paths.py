@@ -1,0 +1,213 @@
+"""Addressing inside a document: dotted paths over dicts, lists and models, and JSON checks.
+
+A path step into a dict is a member name, into a list a non-negative index, into a pydantic
+model a field name. Lookups return `MISSING` for an absent member; a step into anything else
+(a str, a number, None) raises `StatePathError`, so a wrong path is never mistaken for "absent".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from .errors import StatePathError, StateValueError
+
+MISSING: Any = object()
+"""Returned by lookups for a member that does not exist (None is a value, not a miss)."""
+
+_INT_RANGE = range(-(2**63), 2**64)  # what orjson, and so every backend, can store
+
+
+def split_path(path: str) -> tuple[str, ...]:
+    """Split `"a.b.0"` into its steps; raises `StatePathError` for an empty path or step."""
+    if not isinstance(path, str) or not path:
+        raise StatePathError(f"a path must be a non-empty str, got {path!r:.80}")
+    parts = tuple(path.split("."))
+    if "" in parts:
+        raise StatePathError(f"path {path!r:.80} has an empty step")
+    return parts
+
+
+def child(node: Any, step: str) -> Any:
+    """Return the member `step` of a container, or `MISSING` when it has none."""
+    if isinstance(node, dict):
+        return node.get(step, MISSING)
+    if isinstance(node, list):
+        index = _index(step)
+        return node[index] if index < len(node) else MISSING
+    if isinstance(node, BaseModel):
+        if step in type(node).model_fields:
+            return getattr(node, step)
+        extra = node.__pydantic_extra__
+        return extra.get(step, MISSING) if extra else MISSING
+    raise StatePathError(f"cannot look up {step!r} in {_kind(node)}")
+
+
+def put(node: Any, step: str, value: Any) -> None:
+    """Set the member `step` of a container (JSON values only in dicts and lists)."""
+    if isinstance(node, dict):
+        if not isinstance(step, str):
+            raise StateValueError(f"state keys must be str, got {type(step).__name__}")
+        check_json(value)
+        node[step] = value
+    elif isinstance(node, list):
+        index = _index(step)
+        if index >= len(node):
+            raise StatePathError(f"index {index} is out of range for a list of {len(node)}")
+        check_json(value)
+        node[index] = value
+    elif isinstance(node, BaseModel):
+        setattr(node, step, value)
+    else:
+        raise StatePathError(f"cannot set {step!r} in {_kind(node)}")
+
+
+def drop(node: Any, step: str) -> bool:
+    """Remove the member `step` of a dict or list; return whether it existed."""
+    if isinstance(node, dict):
+        return node.pop(step, MISSING) is not MISSING
+    if isinstance(node, list):
+        index = _index(step)
+        if index < len(node):
+            del node[index]
+            return True
+        return False
+    if isinstance(node, BaseModel):
+        raise StatePathError(
+            f"cannot delete field {step!r} of {type(node).__name__}; set it to a value instead"
+        )
+    raise StatePathError(f"cannot delete {step!r} from {_kind(node)}")
+
+
+def members(node: Any) -> Iterable[str]:
+    """The member names of a bucket's root: a dict's keys or a model's fields and extras."""
+    if isinstance(node, BaseModel):
+        return [*type(node).model_fields, *(node.__pydantic_extra__ or ())]
+    return node
+
+
+def get_in(root: Any, parts: tuple[str, ...]) -> Any:
+    """Follow `parts` from `root`; `MISSING` when a member on the way is absent."""
+    node = root
+    for depth, step in enumerate(parts):
+        node = _step(node, step, parts, depth)
+        if node is MISSING:
+            return MISSING
+    return node
+
+
+def set_in(root: Any, parts: tuple[str, ...], value: Any) -> None:
+    """Set the value at `parts`, creating missing intermediate dicts."""
+    node = root
+    for depth, step in enumerate(parts[:-1]):
+        nxt = _step(node, step, parts, depth)
+        if nxt is MISSING:
+            if not isinstance(node, dict):
+                raise StatePathError(f"path {'.'.join(parts)!r} has no member {step!r} to enter")
+            nxt = node[step] = {}
+        node = nxt
+    _at(put, node, parts, value)
+
+
+def delete_in(root: Any, parts: tuple[str, ...]) -> bool:
+    """Remove the value at `parts`; return whether it existed."""
+    parent = get_in(root, parts[:-1])
+    return parent is not MISSING and _at(drop, parent, parts)
+
+
+def check_json(value: Any) -> None:
+    """Raise `StateValueError` unless `value` is JSON: dicts with str keys, lists, scalars."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return
+    if isinstance(value, int):
+        if value not in _INT_RANGE:
+            raise StateValueError(f"integer {value} is too large to store as JSON")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise StateValueError(f"{value} is not a JSON number")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StateValueError(f"JSON object keys must be str, got {key!r:.80}")
+            check_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            check_json(item)
+    elif not isinstance(value, str):
+        raise StateValueError(
+            f"a {kind.__name__} is not a JSON value (use dicts, lists, str, numbers, bool, None)"
+        )
+
+
+def rebase_patch(
+    base: Any, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Split our patch against theirs, both made from `base`: the ops still to apply, and clashes.
+
+    Two changes clash when one's path is a prefix of the other's; a list counts as one value,
+    since indices shift. An op theirs already made to a dict member is dropped, not a clash.
+    """
+    their_units = [_unit(base, op["path"]) for op in theirs]
+    same = {_op_bytes(op) for op in theirs}
+    keep: list[dict[str, Any]] = []
+    clashes: list[str] = []
+    for op in ours:
+        unit = _unit(base, op["path"])
+        if _op_bytes(op) in same and len(unit) == op["path"].count("/"):
+            continue
+        if any(unit[: len(other)] == other[: len(unit)] for other in their_units):
+            clashes.append(op["path"])
+        else:
+            keep.append(op)
+    return keep, clashes
+
+
+def _unit(base: Any, pointer: str) -> tuple[str, ...]:
+    """The steps of a pointer, cut at the first list that `base` has on the way."""
+    steps = tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
+    node = base
+    for depth, step in enumerate(steps):
+        if isinstance(node, list):
+            return steps[:depth]
+        node = node.get(step) if isinstance(node, dict) else None
+    return steps
+
+
+def _op_bytes(op: dict[str, Any]) -> bytes:
+    return orjson.dumps(op, option=orjson.OPT_SORT_KEYS)
+
+
+def _step(node: Any, step: str, parts: tuple[str, ...], depth: int) -> Any:
+    """One `child` step that names the whole path and the failing step in its error."""
+    try:
+        return child(node, step)
+    except StatePathError as exc:
+        raise _path_error(parts, depth, exc) from None
+
+
+def _at(action: Any, node: Any, parts: tuple[str, ...], *value: Any) -> Any:
+    """Apply `put` or `drop` at the last step, naming the whole path in its error."""
+    try:
+        return action(node, parts[-1], *value)
+    except StatePathError as exc:
+        raise _path_error(parts, len(parts) - 1, exc) from None
+
+
+def _path_error(parts: tuple[str, ...], depth: int, exc: StatePathError) -> StatePathError:
+    where = ".".join(parts[:depth]) or "the bucket root"
+    return StatePathError(f"path {'.'.join(parts)!r} fails at {where!r}: {exc}")
+
+
+def _index(step: str) -> int:
+    if isinstance(step, str) and step.isdigit() and step.isascii():
+        return int(step)
+    raise StatePathError(f"{step!r} is not a list index")
+
+
+def _kind(node: Any) -> str:
+    return "null" if node is None else f"a {type(node).__name__}"

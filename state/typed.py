@@ -1,0 +1,91 @@
+"""Typed buckets: a pydantic model over the stored document, its schema version and migrations.
+
+A bucket with `schema_version` stores it in the reserved member `"_schema"` of its document
+(pydantic fields cannot start with `_`, so it never clashes with one). A stored document
+without it is version 1. On load, the migrations registered from its version up to the
+bucket's `schema_version` run in order, each on the document without `"_schema"`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from .errors import StateValidationError, StateValueError
+
+if TYPE_CHECKING:
+    from .bucket import AgentState
+
+SCHEMA_FIELD = "_schema"
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def decode(cls: type[AgentState], key: str | None, raw: dict[str, Any] | None) -> BaseModel:
+    """Build the bucket's model from a stored document (None: a new one), migrating it first."""
+    assert cls.model is not None
+    document = {} if raw is None else upgrade(cls, key, raw)
+    try:
+        return cls.model.model_validate(document)
+    except ValidationError as exc:
+        raise validation_error(key, exc) from exc
+
+
+def encode(cls: type[AgentState], value: BaseModel) -> dict[str, Any]:
+    """The JSON document to store for a model, with `"_schema"` first when versioned."""
+    try:
+        document = value.model_dump(mode="json", by_alias=True, warnings=False)
+    except PydanticSerializationError as exc:
+        raise StateValueError(f"{cls.__name__} holds a value that is not JSON: {exc}") from exc
+    if cls.schema_version is None:
+        return document
+    return {SCHEMA_FIELD: cls.schema_version, **document}
+
+
+def check(cls: type[AgentState], key: str | None, document: dict[str, Any]) -> None:
+    """Validate a document about to be stored, so a bucket never writes what it cannot load."""
+    assert cls.model is not None
+    data = {name: value for name, value in document.items() if name != SCHEMA_FIELD}
+    try:
+        cls.model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(key, exc) from exc
+
+
+def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict[str, Any]:
+    """Run the registered migrations from the document's schema version to the bucket's."""
+    target = cls.schema_version
+    if target is None:
+        return raw
+    document = dict(raw)
+    version = document.pop(SCHEMA_FIELD, 1)
+    if type(version) is not int or version < 1:
+        raise StateValidationError(key, SCHEMA_FIELD, f"{version!r} is not a schema version")
+    if version > target:
+        raise StateValidationError(
+            key, SCHEMA_FIELD, f"version {version} is newer than {cls.__name__}'s {target}"
+        )
+    for step in range(version, target):
+        migrate = cls._migrations.get(step)
+        if migrate is None:
+            raise StateValidationError(
+                key, SCHEMA_FIELD, f"{cls.__name__} has no migration from version {step}"
+            )
+        document = migrate(document)
+        if not isinstance(document, dict):
+            raise StateValidationError(
+                key, SCHEMA_FIELD, f"the migration from version {step} did not return a dict"
+            )
+    return document
+
+
+def validation_error(
+    key: str | None, exc: ValidationError, prefix: tuple[str, ...] = ()
+) -> StateValidationError:
+    """Turn pydantic's error into one naming the storage key and the first failing field."""
+    first, *rest = exc.errors()
+    field = ".".join(map(str, (*prefix, *first["loc"]))) or "<root>"
+    reason = first["msg"] + (f" (and {len(rest)} more error(s))" if rest else "")
+    return StateValidationError(key, field, reason)

@@ -1,0 +1,39 @@
+"""Shared fixtures: a real MemoryStorage that also counts the calls made to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pytest
+
+from backends import MemoryStorage, StoreItem
+
+
+class CountingStorage(MemoryStorage):
+    """MemoryStorage recording the keys of every read and write batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[list[str]] = []
+        self.writes: list[list[str]] = []
+
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        keys = list(keys)
+        self.reads.append(keys)
+        return await super().read(keys)
+
+    async def write(
+        self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
+    ) -> dict[str, str]:
+        self.writes.append(sorted(changes))
+        return await super().write(changes, ttl=ttl)
+
+    async def stored(self, key: str) -> dict | None:
+        """The stored document of `key` (None when absent), without counting the read."""
+        item = (await MemoryStorage.read(self, [key])).get(key)
+        return item.value if item is not None else None
+
+
+@pytest.fixture
+def storage() -> CountingStorage:
+    return CountingStorage()

@@ -1,0 +1,200 @@
+"""Background access: read and edit by ids with conflict retry, and listing by channel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from backends import MemoryStorage, StoreItem
+from state.background import (
+    edit_state,
+    list_conversations,
+    list_users,
+    open_state,
+    open_user,
+    read_state,
+)
+from state.errors import MissingIdError, StateConflictError
+from state.ids import TurnIds
+from state.keys import app_key, conversation_key, session_key, user_key
+from state.scopes import AppState, ConversationState, SessionState, UserState
+from tests.state.conftest import CountingStorage
+
+ADA = TurnIds(channel_id="msteams", user_id="29:ada")
+KEY = user_key("msteams", "29:ada")
+
+
+async def seed(storage, key, value):
+    await storage.write({key: StoreItem(value, None)})
+    storage.writes.clear()
+
+
+async def test_read_state_by_ids(storage):
+    await seed(storage, KEY, {"plan": "free"})
+    user = await read_state(storage, UserState, ADA)
+    assert isinstance(user, UserState) and user["plan"] == "free" and user.etag is not None
+    ids = TurnIds(channel_id="c", conversation_id="k", user_id="u", app_name="bot")
+    for cls in (ConversationState, SessionState, AppState):
+        bucket = await read_state(storage, cls, ids)
+        assert bucket.key == cls.key_for(ids) and len(bucket) == 0 and bucket.etag is None
+    assert len(storage.reads) == 4
+
+
+async def test_read_state_names_missing_ids(storage):
+    with pytest.raises(MissingIdError, match="user_id"):
+        await read_state(storage, UserState, TurnIds(channel_id="c"))
+    assert storage.reads == []
+
+
+async def test_open_user_saves_on_exit(storage):
+    async with open_user(storage, "msteams", "29:ada") as user:
+        user["plan"] = "pro"
+    assert await storage.stored(KEY) == {"plan": "pro"}
+    async with open_user(storage, "msteams", "29:ada") as user:
+        assert user["plan"] == "pro"
+    assert len(storage.writes) == 1  # an unchanged block writes nothing
+
+
+async def test_open_state_does_not_save_when_the_block_fails(storage):
+    with pytest.raises(RuntimeError):
+        async with open_user(storage, "msteams", "29:ada") as user:
+            user["plan"] = "pro"
+            raise RuntimeError("job failed")
+    assert storage.writes == [] and await storage.stored(KEY) is None
+
+
+async def test_two_concurrent_editors_both_land(storage):
+    """A real conflict: B reads, A writes, B's write fails, B re-reads and re-runs its edit."""
+    await seed(storage, KEY, {"credits": 5})
+    b_has_read, a_done = asyncio.Event(), asyncio.Event()
+    runs_b = 0
+
+    async def edit_a(user):
+        await b_has_read.wait()
+        user["plan"] = "pro"
+
+    async def edit_b(user):
+        nonlocal runs_b
+        runs_b += 1
+        user["credits"] = user["credits"] + 10
+        if runs_b == 1:
+            b_has_read.set()
+            await a_done.wait()
+
+    async def editor_a():
+        await edit_state(storage, UserState, ADA, edit_a)
+        a_done.set()
+
+    _, edited = await asyncio.gather(editor_a(), edit_state(storage, UserState, ADA, edit_b))
+    assert await storage.stored(KEY) == {"credits": 15, "plan": "pro"}
+    assert runs_b == 2 and len(storage.writes) == 3  # A, B's failed write, B's retry
+    assert edited["credits"] == 15 and edited.etag == (await storage.read([KEY]))[KEY].etag
+
+
+async def test_edit_state_takes_a_sync_function(storage):
+    user = await edit_state(storage, UserState, ADA, lambda u: u.set("n", 0))
+    assert user["n"] == 0 and await storage.stored(KEY) == {"n": 0}
+
+
+async def test_open_state_rebases_the_block_onto_a_concurrent_write(storage):
+    await seed(storage, KEY, {"credits": 5, "plan": "free"})
+    async with open_user(storage, "msteams", "29:ada") as billing:
+        async with open_user(storage, "msteams", "29:ada") as other:
+            other["credits"] = 50
+        billing["plan"] = "pro"
+    assert await storage.stored(KEY) == {"credits": 50, "plan": "pro"}
+    assert len(storage.writes) == 3
+
+
+async def test_open_state_refuses_to_overwrite_the_same_path(storage):
+    await seed(storage, KEY, {"plan": "free"})
+    with pytest.raises(StateConflictError) as info:
+        async with open_user(storage, "msteams", "29:ada") as billing:
+            async with open_user(storage, "msteams", "29:ada") as other:
+                other["plan"] = "team"
+            billing["plan"] = "pro"
+    assert info.value.paths == ["/plan"] and info.value.scopes == ["user"]
+    assert await storage.stored(KEY) == {"plan": "team"}
+
+
+async def test_open_state_creates_when_both_create(storage):
+    async with open_user(storage, "msteams", "29:ada") as first:
+        async with open_user(storage, "msteams", "29:ada") as second:
+            second["b"] = 2
+        first["a"] = 1
+    assert await storage.stored(KEY) == {"a": 1, "b": 2}
+
+
+class Contended(CountingStorage):
+    """Another writer bumps `other` in the user's document just before each write."""
+
+    async def write(self, changes, *, ttl=None):
+        current = (await MemoryStorage.read(self, [KEY]))[KEY].value
+        current["other"] = current.get("other", 0) + 1
+        await MemoryStorage.write(self, {KEY: StoreItem(current, "*")})
+        return await super().write(changes, ttl=ttl)
+
+
+async def test_edit_state_retries_are_bounded():
+    storage = Contended()
+    await MemoryStorage.write(storage, {KEY: StoreItem({}, None)})
+    runs = 0
+
+    def edit(user):
+        nonlocal runs
+        runs += 1
+        user["mine"] = True
+
+    with pytest.raises(StateConflictError, match="gave up after 3") as info:
+        await edit_state(storage, UserState, ADA, edit, retries=2)
+    assert info.value.scopes == ["user"] and isinstance(info.value.__cause__, StateConflictError)
+    assert runs == 3 and len(storage.writes) == 3
+    assert await storage.stored(KEY) == {"other": 3}
+    with pytest.raises(ValueError):
+        await edit_state(storage, UserState, ADA, edit, retries=-1)
+
+
+async def test_open_state_retries_are_bounded():
+    storage = Contended()
+    await MemoryStorage.write(storage, {KEY: StoreItem({}, None)})
+    with pytest.raises(StateConflictError, match="gave up after 2"):
+        async with open_state(storage, UserState, ADA, retries=1) as user:
+            user["mine"] = True
+    assert len(storage.writes) == 2 and len(storage.reads) == 2
+    assert await storage.stored(KEY) == {"other": 2}
+
+
+HOSTILE = ["29:ada", "x/conversations/y", "..", ".", "%2F", "a b", "名前", "users", "~"]
+
+
+async def test_list_users_of_a_channel_with_hostile_ids(storage):
+    for user in HOSTILE:
+        await seed(storage, user_key("msteams", user), {"n": 1})
+        await seed(storage, session_key("msteams", "conv", user), {"n": 1})
+    await seed(storage, user_key("msteams2", "other-channel"), {})
+    await seed(storage, user_key("ms", "prefix-channel"), {})
+    await seed(storage, user_key("msteams", "namespaced", namespace="msteams"), {})
+    await seed(storage, conversation_key("msteams", "conv"), {})
+    await seed(storage, app_key("msteams"), {})
+    users = [user async for user in list_users(storage, "msteams")]
+    assert sorted(users) == sorted(HOSTILE)
+
+
+async def test_list_conversations_excludes_sessions(storage):
+    conversations = ["19:a@thread.v2", "x/users/y", "..", "conv/users"]
+    for conversation in conversations:
+        await seed(storage, conversation_key("slack", conversation), {})
+        await seed(storage, session_key("slack", conversation, "u1"), {})
+    await seed(storage, session_key("slack", "only-sessions", "u1"), {})
+    await seed(storage, user_key("slack", "u1"), {})
+    found = [c async for c in list_conversations(storage, "slack")]
+    assert sorted(found) == sorted(conversations)
+
+
+async def test_listing_respects_the_namespace(storage):
+    await seed(storage, user_key("c", "in-ns", namespace="bot1"), {})
+    await seed(storage, user_key("c", "no-ns"), {})
+    assert [u async for u in list_users(storage, "c", namespace="bot1")] == ["in-ns"]
+    assert [u async for u in list_users(storage, "c")] == ["no-ns"]
+    assert [u async for u in list_users(storage, "nobody")] == []

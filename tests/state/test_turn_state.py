@@ -1,0 +1,365 @@
+"""TurnState: scopes, prefix and path access, one read per load, at most one write per save."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends import StoreItem
+from state.bucket import AgentState
+from state.errors import (
+    MissingIdError,
+    ScopeError,
+    StateConflictError,
+    StatePathError,
+    StateValueError,
+)
+from state.ids import TurnIds
+from state.keys import app_key, conversation_key, escape_segment, session_key, user_key
+from state.scopes import (
+    BUILTIN_SCOPES,
+    AppState,
+    ConversationState,
+    SessionState,
+    TempState,
+    UserState,
+)
+from state.turn_state import TurnState
+
+IDS = TurnIds(
+    channel_id="msteams", user_id="29:ada", conversation_id="19:c@thread.v2", app_name="bot"
+)
+USER = user_key("msteams", "29:ada")
+CONVERSATION = conversation_key("msteams", "19:c@thread.v2")
+SESSION = session_key("msteams", "19:c@thread.v2", "29:ada")
+APP = app_key("bot")
+
+
+class TeamState(AgentState):
+    """A custom scope: per channel and app, shared by every user."""
+
+    scope = "team"
+
+    @classmethod
+    def key_for(cls, ids: TurnIds) -> str:
+        channel, app = ids.require(cls.scope, "channel_id", "app_name")
+        return f"{escape_segment(channel)}/teams/{escape_segment(app)}"
+
+
+async def turn(storage, ids=IDS, custom=()) -> TurnState:
+    state = TurnState(ids, custom)
+    await state.load(storage)
+    return state
+
+
+def test_builtin_keys_follow_the_design():
+    assert [cls.key_for(IDS) for cls in BUILTIN_SCOPES if cls.persisted] == [
+        "msteams/users/29:ada",
+        "msteams/conversations/19:c@thread.v2",
+        "msteams/conversations/19:c@thread.v2/users/29:ada",
+        "app/bot",
+    ]
+    namespaced = TurnIds(channel_id="c", user_id="u", namespace="bot1")
+    assert UserState.key_for(namespaced) == "bot1/c/users/u"
+
+
+def test_hostile_ids_stay_inside_their_key():
+    ids = TurnIds(channel_id="c", user_id="x/conversations/y", conversation_id="..")
+    assert UserState.key_for(ids) == "c/users/x%2Fconversations%2Fy"
+    assert ConversationState.key_for(ids) == "c/conversations/%2E%2E"
+
+
+@pytest.mark.parametrize(
+    ("cls", "missing"),
+    [
+        (UserState, ("user_id",)),
+        (ConversationState, ("conversation_id",)),
+        (SessionState, ("conversation_id", "user_id")),
+        (AppState, ("app_name",)),
+    ],
+)
+def test_missing_ids_are_named(cls, missing):
+    ids = TurnIds(channel_id="c", user_id="" if cls is UserState else None)
+    with pytest.raises(MissingIdError) as info:
+        cls.key_for(ids)
+    assert info.value.scope == cls.scope and info.value.missing == missing
+    assert all(name in str(info.value) for name in missing)
+    assert isinstance(info.value, ValueError)
+
+
+async def test_one_read_for_every_persisted_bucket(storage):
+    await turn(storage)
+    assert len(storage.reads) == 1
+    assert sorted(storage.reads[0]) == sorted([USER, CONVERSATION, SESSION, APP])
+
+
+async def test_unchanged_turn_writes_nothing(storage):
+    await storage.write({USER: _item({"name": "Ada", "n": 0})})
+    storage.writes.clear()
+    state = await turn(storage)
+    assert state.user["name"] == "Ada" and state.get("user.n") == 0 and "topic" not in state
+    state["user:name"] = "Ada"  # same value: no change
+    state["temp:scratch"] = [1, 2]
+    await state.save(storage)
+    assert storage.writes == []
+
+
+async def test_save_writes_only_changed_buckets_in_one_batch(storage):
+    state = await turn(storage)
+    state["user:name"] = "Ada"
+    assert state.get("conversation.count") is None  # read, not changed
+    state["topic"] = "weather"
+    state["temp:scratch"] = "never stored"
+    await state.save(storage)
+    assert storage.writes == [sorted([USER, SESSION])]
+    assert await storage.stored(USER) == {"name": "Ada"}
+    assert await storage.stored(SESSION) == {"topic": "weather"}
+    assert await storage.stored(CONVERSATION) is None
+    assert [key async for key in storage.list("")] == sorted([USER, SESSION])
+
+
+async def test_temp_is_never_read_or_written(storage):
+    state = await turn(storage)
+    state.temp["x"] = {"big": list(range(10))}
+    await state.save(storage)
+    assert storage.writes == [] and all(None not in keys for keys in storage.reads)
+    assert (await turn(storage)).temp.get("x") is None
+
+
+async def test_state_round_trips_between_turns(storage):
+    first = await turn(storage)
+    first.set("user.profile.name", "Ada")
+    first["app:flag"] = False
+    first["session:count"] = 0
+    await first.save(storage)
+    second = await turn(storage)
+    assert second.get("user.profile.name") == "Ada"
+    assert second["app:flag"] is False and second["count"] == 0
+    assert second.user.etag is not None and second.conversation.etag is None
+
+
+async def test_second_save_in_the_same_turn_uses_the_new_etags(storage):
+    state = await turn(storage)
+    state["user:n"] = 1
+    await state.save(storage)
+    etag = state.user.etag
+    assert etag is not None and not state.user.changed
+    state["user:n"] = 2
+    await state.save(storage)
+    assert state.user.etag != etag and await storage.stored(USER) == {"n": 2}
+    await state.save(storage)
+    assert len(storage.writes) == 2
+
+
+async def test_conflict_names_the_scope_and_keeps_unconflicted_writes(storage):
+    a = await turn(storage)
+    b = await turn(storage)
+    a["conversation:topic"] = "a"
+    await a.save(storage)
+    b["conversation:topic"] = "b"
+    b["user:seen"] = True
+    with pytest.raises(StateConflictError) as info:
+        await b.save(storage)
+    error = info.value
+    assert error.scopes == ["conversation"] and error.keys == [CONVERSATION]
+    assert list(error.written) == [USER] and "conversation" in str(error)
+    assert not b.user.changed and b.conversation.changed  # ready for a retry
+    assert await storage.stored(CONVERSATION) == {"topic": "a"}
+
+
+async def test_create_conflict_when_both_turns_create(storage):
+    a, b = await turn(storage), await turn(storage)
+    a["topic"], b["topic"] = "a", "b"
+    await a.save(storage)
+    with pytest.raises(StateConflictError) as info:
+        await b.save(storage)
+    assert info.value.scopes == ["session"]
+
+
+async def test_non_json_values_fail_before_any_write(storage):
+    state = await turn(storage)
+    state["user:ok"] = 1
+    state.conversation.data["bad"] = {1, 2}  # slipped in past the set-time check
+    with pytest.raises(StateValueError):
+        await state.save(storage)
+    assert storage.writes == []
+
+
+def test_prefix_access():
+    state = TurnState(IDS)
+    state["user:name"] = "Ada"
+    state["app:flag"] = True
+    state["temp:scratch"] = 0
+    state["conversation:x"] = ""
+    state["session:x"] = False
+    state["topic"] = []
+    state["session:a:b"] = "colon in key"
+    state["user:a.b"] = "dot in key"
+    assert state.user.data == {"name": "Ada", "a.b": "dot in key"}
+    assert state.app.data == {"flag": True} and state.temp.data == {"scratch": 0}
+    assert state.conversation.data == {"x": ""}
+    assert state.session.data == {"x": False, "topic": [], "a:b": "colon in key"}
+    assert state["topic"] == [] and state["session:topic"] == []
+    assert "temp:scratch" in state and "user:missing" not in state
+    del state["user:name"]
+    with pytest.raises(KeyError):
+        state["user:name"]
+    with pytest.raises(ScopeError):
+        state["usr:name"]
+
+
+def test_dotted_paths():
+    state = TurnState(IDS)
+    state.set("user.profile.name", "Ada")
+    state.set("conversation.count", 0)
+    state.set("user:profile.langs", ["en"])
+    state.set("topic", "weather")
+    assert state.user.data == {"profile": {"name": "Ada", "langs": ["en"]}}
+    assert state.get("conversation.count", 5) == 0
+    assert state.get("conversation.missing", 5) == 5
+    assert state.get("user.profile.langs.0") == "en" and state.get("user.profile.langs.3") is None
+    assert state.has("conversation.count") and not state.has("conversation.nope")
+    assert state.get("topic") == "weather" and state.get("session.topic") == "weather"
+    state.set("user.profile.langs.0", "fr")
+    assert state["user:profile"]["langs"] == ["fr"]
+    state.delete("user.profile.name")
+    state.delete("user.profile.never")
+    state.delete("user.nothing.here")
+    assert state.get("user.profile") == {"langs": ["fr"]}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get("user.name.first"),
+        lambda s: s.set("user.name.first", "x"),
+        lambda s: s.has("user.name.first"),
+        lambda s: s.delete("user.name.first"),
+        lambda s: s.get("user.list.first"),
+        lambda s: s.set("user.list.9", 1),
+        lambda s: s.set("user.none.x", 1),
+        lambda s: s.get("user"),
+        lambda s: s.get("user..name"),
+        lambda s: s.get(""),
+    ],
+)
+def test_bad_paths_give_a_clear_error(call):
+    state = TurnState(IDS)
+    state.user.data.update(name="Ada", list=[1], none=None)
+    with pytest.raises(StatePathError):
+        call(state)
+
+
+def test_path_error_names_where_it_failed():
+    state = TurnState(IDS)
+    state["user:name"] = "Ada"
+    with pytest.raises(StatePathError, match=r"'user'|'name'.*str"):
+        state.set("user.name.first", "x")
+
+
+def test_set_refuses_non_json():
+    state = TurnState(IDS)
+    with pytest.raises(StateValueError):
+        state.set("user.when", object())
+
+
+async def test_missing_ids_skip_scopes_but_the_turn_runs(storage):
+    ids = TurnIds(channel_id="msteams", user_id="29:ada")  # no conversation, no app
+    state = await turn(storage, ids)
+    assert storage.reads == [[USER]]
+    state["user:seen"] = True
+    state["temp:x"] = 1
+    for touch in (
+        lambda: state.conversation,
+        lambda: state.session,
+        lambda: state["topic"],
+        lambda: state.get("conversation.x"),
+        lambda: state.app,
+    ):
+        with pytest.raises(MissingIdError):
+            touch()
+    with pytest.raises(MissingIdError, match="conversation_id"):
+        _ = state.session
+    await state.save(storage)
+    assert storage.writes == [[USER]]
+
+
+async def test_a_turn_with_no_ids_reads_nothing(storage):
+    state = await turn(storage, TurnIds())
+    state["temp:x"] = 1
+    await state.save(storage)
+    assert storage.reads == [] and storage.writes == []
+
+
+def test_one_bucket_per_turn_and_key():
+    a, b = TurnState(IDS), TurnState(IDS)
+    assert a.user is a.user is a.scope("user") and a.user is not b.user
+    a["user:x"] = 1
+    assert "user:x" not in b and "x" not in UserState()
+
+
+async def test_custom_scope_round_trip(storage):
+    state = await turn(storage, custom=[TeamState])
+    assert storage.reads[0][-1] == "msteams/teams/bot"
+    assert state.team is state.scope("team")
+    state["team:goal"] = "ship"
+    state.set("team.members.ada", True)
+    await state.save(storage)
+    assert storage.writes == [["msteams/teams/bot"]]
+    again = await turn(storage, custom=[TeamState])
+    assert again["team:goal"] == "ship" and again.get("team.members.ada") is True
+    assert "team" in again.scope_names
+
+
+async def test_custom_scope_missing_ids_are_skipped(storage):
+    state = await turn(storage, TurnIds(channel_id="c", user_id="u"), custom=[TeamState])
+    assert storage.reads == [["c/users/u"]]
+    with pytest.raises(MissingIdError, match="app_name"):
+        _ = state.team
+
+
+def test_builtin_scope_can_be_replaced_by_a_subclass():
+    class Users(UserState):
+        pass
+
+    state = TurnState(IDS, [Users])
+    assert type(state.user) is Users
+
+
+def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
+    def key_for(cls, ids):
+        return key.format(name=name)
+
+    namespace = {"scope": name, "persisted": persisted, "key_for": classmethod(key_for)}
+    return type(f"S_{name}", (base,), namespace)
+
+
+@pytest.mark.parametrize(
+    "customs",
+    [
+        lambda: [_scope("team"), _scope("team")],
+        lambda: [_scope("user")],
+        lambda: [_scope("get")],
+        lambda: [_scope("save")],
+        lambda: [_scope("a", key="same"), _scope("b", key="same")],
+        lambda: [_scope("a", key=USER)],
+        lambda: [type("NoKey", (AgentState,), {"scope": "nokey"})],
+        lambda: [type("NoScope", (AgentState,), {})],
+        lambda: [dict],
+    ],
+)
+def test_clashing_or_broken_custom_scopes_are_refused(customs):
+    with pytest.raises(ScopeError):
+        TurnState(IDS, customs())
+
+
+def test_unknown_scope_and_attribute():
+    state = TurnState(IDS)
+    with pytest.raises(ScopeError, match="known"):
+        state.scope("nope")
+    with pytest.raises(AttributeError):
+        _ = state.nope
+    assert isinstance(state.temp, TempState)
+
+
+def _item(value):
+    return StoreItem(value, None)

@@ -1,0 +1,244 @@
+"""Typed buckets: the model as `data`, in-place edits saved, schema versions and migrations."""
+
+from __future__ import annotations
+
+import jsonpatch
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from backends import StoreItem
+from state.errors import StatePathError, StateValidationError, StateValueError
+from state.ids import TurnIds
+from state.protocol.jsonpatch import apply_patch
+from state.scopes import UserState
+from state.turn_state import TurnState
+from state.typed import SCHEMA_FIELD
+
+IDS = TurnIds(channel_id="msteams", user_id="29:ada", conversation_id="19:c", app_name="bot")
+KEY = "msteams/users/29:ada"
+
+
+class Address(BaseModel):
+    city: str = ""
+    zip: int | None = None
+
+
+class Profile(BaseModel):
+    name: str = ""
+    visits: int = 0
+    tags: list[str] = Field(default_factory=list)
+    address: Address = Field(default_factory=Address)
+
+
+class ProfileState(UserState):
+    model = Profile
+    schema_version = 2
+
+
+@ProfileState.migration(from_version=1)
+def _rename_full_name(document: dict) -> dict:
+    document["name"] = document.pop("full_name", "")
+    return document
+
+
+class StrictProfile(BaseModel):
+    model_config = ConfigDict(validate_assignment=True)
+    visits: int = 0
+
+
+class StrictState(UserState):
+    model = StrictProfile
+
+
+def typed(document: dict | None, etag: str = "1") -> ProfileState:
+    return ProfileState(KEY, None if document is None else StoreItem(document, etag))
+
+
+def test_data_is_the_model_and_a_new_document_gets_defaults():
+    bucket = typed(None)
+    assert isinstance(bucket.data, Profile) and bucket.data == Profile()
+    assert not bucket.changed and bucket.pending_write() is None
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: setattr(p, "visits", p.visits + 1),
+        lambda p: p.tags.append("vip"),
+        lambda p: setattr(p.address, "city", "Paris"),
+        lambda p: setattr(p, "address", Address(city="Oslo", zip=1)),
+    ],
+)
+def test_in_place_model_edits_are_saved_as_a_patch(edit):
+    start = {SCHEMA_FIELD: 2, "name": "Ada", "visits": 1, "tags": [], "address": {"city": ""}}
+    bucket = typed(dict(start))
+    base = bucket.document()
+    edit(bucket.data)
+    assert bucket.changed
+    patch = bucket.changes()
+    assert patch and jsonpatch.apply_patch(base, patch) == bucket.document()
+    assert apply_patch(base, patch) == bucket.document()
+    item = bucket.pending_write()
+    assert item is not None and item.value[SCHEMA_FIELD] == 2 and item.etag == "1"
+    assert Profile.model_validate({k: v for k, v in item.value.items() if k != SCHEMA_FIELD}) == (
+        bucket.data
+    )
+
+
+def test_dict_interface_reads_and_sets_fields():
+    bucket = typed({"name": "Ada", SCHEMA_FIELD: 2})
+    assert bucket["name"] == "Ada" and bucket.get("visits") == 0 and "tags" in bucket
+    assert "nope" not in bucket and bucket.get("nope", "d") == "d"
+    assert list(bucket) == ["name", "visits", "tags", "address"] and len(bucket) == 4
+    bucket["visits"] = 3
+    assert bucket.data.visits == 3 and bucket.changed
+    with pytest.raises(StatePathError):
+        del bucket["name"]
+    bucket.clear()
+    assert bucket.data == Profile()
+
+
+def test_old_documents_are_migrated_on_load_and_upgraded_when_saved():
+    bucket = typed({"full_name": "Ada Lovelace", "visits": 4})  # no "_schema": version 1
+    assert bucket.data.name == "Ada Lovelace" and bucket.data.visits == 4
+    assert not bucket.changed  # reading an old document does not write it
+    bucket.data.visits += 1
+    item = bucket.pending_write()
+    assert item is not None and item.value[SCHEMA_FIELD] == 2 and "full_name" not in item.value
+
+
+def test_explicit_old_version_is_migrated():
+    assert typed({SCHEMA_FIELD: 1, "full_name": "Grace"}).data.name == "Grace"
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({SCHEMA_FIELD: 2, "visits": "many"}, "visits"),
+        ({SCHEMA_FIELD: 2, "address": {"zip": "abc"}}, "address.zip"),
+        ({SCHEMA_FIELD: 2, "tags": ["ok", 3]}, "tags.1"),
+        ({SCHEMA_FIELD: 3}, SCHEMA_FIELD),
+        ({SCHEMA_FIELD: "2"}, SCHEMA_FIELD),
+        ({SCHEMA_FIELD: 0}, SCHEMA_FIELD),
+    ],
+)
+def test_invalid_stored_documents_name_the_key_and_field(document, field):
+    bucket = typed(document)
+    with pytest.raises(StateValidationError) as info:
+        _ = bucket.data
+    assert info.value.key == KEY and info.value.field == field
+    assert KEY in str(info.value) and field in str(info.value)
+
+
+def test_missing_migration_is_a_validation_error():
+    class V3(UserState):
+        model = Profile
+        schema_version = 3
+
+    @V3.migration(from_version=2)
+    def _noop(document: dict) -> dict:
+        return document
+
+    with pytest.raises(StateValidationError, match="no migration from version 1") as info:
+        _ = V3(KEY, StoreItem({"name": "x"}, "1")).data
+    assert info.value.field == SCHEMA_FIELD
+    assert V3(KEY, StoreItem({SCHEMA_FIELD: 2, "name": "x"}, "1")).data.name == "x"
+
+
+def test_migrations_run_in_order_and_subclasses_inherit_them():
+    class V3(ProfileState):
+        schema_version = 3
+
+    @V3.migration(from_version=2)
+    def _count_twice(document: dict) -> dict:
+        document["visits"] = document.get("visits", 0) * 2
+        return document
+
+    data = V3(KEY, StoreItem({"full_name": "Ada", "visits": 2}, "1")).data
+    assert (data.name, data.visits) == ("Ada", 4)
+    assert 2 not in ProfileState._migrations  # the parent's registry is untouched
+
+
+def test_migration_registration_is_checked():
+    with pytest.raises(ValueError):
+        ProfileState.migration(from_version=2)
+    with pytest.raises(ValueError):
+        ProfileState.migration(from_version=1)  # already registered
+    with pytest.raises(ValueError):
+        UserState.migration(from_version=1)  # not versioned
+    with pytest.raises(TypeError):
+
+        class Unversionable(UserState):
+            schema_version = 2  # without a model
+
+
+def test_migration_must_return_a_dict():
+    class Broken(UserState):
+        model = Profile
+        schema_version = 2
+
+    Broken.migration(from_version=1)(lambda document: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(StateValidationError, match="did not return a dict"):
+        _ = Broken(KEY, StoreItem({}, "1")).data
+
+
+def test_invalid_edits_fail_before_anything_is_written():
+    bucket = typed(None)
+    bucket.data.visits = "lots"  # type: ignore[assignment]  # no validate_assignment
+    with pytest.raises(StateValidationError) as info:
+        bucket.pending_write()
+    assert info.value.field == "visits" and info.value.key == KEY
+
+
+def test_non_json_model_values_fail_before_saving():
+    class Loose(BaseModel):
+        anything: object = None
+
+    class LooseState(UserState):
+        model = Loose
+
+    bucket = LooseState(KEY)
+    bucket.data.anything = object()
+    with pytest.raises(StateValueError):
+        bucket.pending_write()
+
+
+def test_validate_assignment_errors_name_the_key_and_field():
+    bucket = StrictState(KEY)
+    with pytest.raises(StateValidationError) as info:
+        bucket["visits"] = "many"
+    assert (info.value.key, info.value.field) == (KEY, "visits")
+
+
+def test_data_setter_takes_a_model_instance():
+    bucket = typed(None)
+    bucket.data = Profile(name="Ada")
+    assert bucket["name"] == "Ada" and bucket.changed
+    with pytest.raises(StateValueError):
+        bucket.data = {"name": "Ada"}
+
+
+async def test_typed_bucket_in_a_turn_round_trips(storage):
+    state = TurnState(IDS, custom_scopes=[ProfileState])
+    await state.load(storage)
+    assert isinstance(state.user, ProfileState)
+    state.user.data.tags.append("vip")
+    state.set("user.address.city", "Paris")
+    assert state.get("user.address.city") == "Paris" and state["user:visits"] == 0
+    await state.save(storage)
+    stored = await storage.stored(KEY)
+    assert stored is not None and stored[SCHEMA_FIELD] == 2
+    assert stored["tags"] == ["vip"] and stored["address"]["city"] == "Paris"
+
+    again = TurnState(IDS, custom_scopes=[ProfileState])
+    await again.load(storage)
+    assert again.user.data.address.city == "Paris"
+    await again.save(storage)
+    assert len(storage.writes) == 1  # reading a typed bucket writes nothing
+
+
+async def test_set_path_into_a_strict_model_names_the_field(storage):
+    state = TurnState(IDS, custom_scopes=[StrictState])
+    with pytest.raises(StateValidationError) as info:
+        state.set("user.visits", "many")
+    assert info.value.field == "visits"
