@@ -11,12 +11,14 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
+from .file import FileStorage
 from .memory import MemoryStorage
 from .registry import open_storage
 
 __all__ = [
     "ANY",
     "ConflictError",
+    "FileStorage",
     "FormatError",
     "InvalidKeyError",
     "InvalidValueError",

@@ -38,9 +38,17 @@ def dump_data(key: str, value: object) -> bytes:
         raise InvalidValueError(f"value for key {key!r} is not JSON-serializable: {exc}") from exc
 
 
-def wrap(key: str, data: bytes, etag: str | None = None) -> bytes:
-    """Build envelope bytes around already-serialized data, without re-encoding it."""
-    meta = orjson.dumps({"updated_at": datetime.now(timezone.utc).isoformat()})
+def wrap(
+    key: str, data: bytes, etag: str | None = None, *, expires_at: float | None = None
+) -> bytes:
+    """Build envelope bytes around already-serialized data, without re-encoding it.
+
+    `expires_at` (Unix time) goes into `meta` for stores that keep TTL inside the document.
+    """
+    fields: dict[str, object] = {"updated_at": datetime.now(timezone.utc).isoformat()}
+    if expires_at is not None:
+        fields["expires_at"] = expires_at
+    meta = orjson.dumps(fields)
     etag_part = b',"etag":' + orjson.dumps(etag) if etag is not None else b""
     return _HEAD + orjson.dumps(key) + etag_part + b',"meta":' + meta + b',"data":' + data + b"}"
 

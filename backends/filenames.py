@@ -1,0 +1,74 @@
+"""Reversible, portable file names for storage keys (one flat directory, one file per key).
+
+A name uses only `a-z 0-9 - _ . ~ @ %` plus three escapes: `!x` is the upper-case letter X,
+`+` is `/`, and `=hh` is one UTF-8 byte in lower-case hex (everything else, and a leading
+`.`). Names are therefore lower-case ASCII, so two keys never share a file on a
+case-insensitive or normalizing file system, and never start with `.` (reserved for the
+store's own files). A name longer than 255 bytes becomes `#` + the key's sha256; the real
+key is kept inside the stored envelope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+
+from .errors import InvalidKeyError
+from .keys import check_key
+
+MAX_NAME_BYTES = 255
+HASHED_PREFIX = "#"
+
+_VERBATIM = frozenset(string.ascii_lowercase + string.digits + "-_.~@%")
+_HEX = frozenset("0123456789abcdef")
+
+
+def name_for_key(key: str) -> str:
+    """The file name of a (validated) key: its reversible encoding, or a hash if too long."""
+    name = _encode(key)
+    if len(name) > MAX_NAME_BYTES:
+        return HASHED_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return name
+
+
+def is_hashed(name: str) -> bool:
+    """True for names made by hashing a long key (the key must be read from the file)."""
+    return name.startswith(HASHED_PREFIX)
+
+
+def key_for_name(name: str) -> str | None:
+    """The key a non-hashed name encodes, or None for hashed, internal or foreign names."""
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        char = name[i]
+        if char == "!" and i + 1 < len(name) and name[i + 1] in string.ascii_lowercase:
+            raw += name[i + 1].upper().encode()
+            i += 2
+        elif char == "=" and len(name) >= i + 3 and set(name[i + 1 : i + 3]) <= _HEX:
+            raw.append(int(name[i + 1 : i + 3], 16))
+            i += 3
+        elif char == "+" or char in _VERBATIM:
+            raw += b"/" if char == "+" else char.encode()
+            i += 1
+        else:
+            return None
+    try:
+        key = check_key(raw.decode("utf-8"))
+    except (UnicodeDecodeError, InvalidKeyError):
+        return None
+    return key if name_for_key(key) == name else None  # only the canonical spelling
+
+
+def _encode(key: str) -> str:
+    parts = []
+    for position, char in enumerate(key):
+        if char in _VERBATIM and not (position == 0 and char == "."):
+            parts.append(char)
+        elif "A" <= char <= "Z":
+            parts.append("!" + char.lower())
+        elif char == "/":
+            parts.append("+")
+        else:
+            parts.append("".join(f"={byte:02x}" for byte in char.encode("utf-8")))
+    return "".join(parts)

@@ -1,0 +1,301 @@
+"""FileStorage beyond the contract: file names, containment, processes, crashes, OS errors."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backends import (
+    ConflictError,
+    FileStorage,
+    InvalidKeyError,
+    StorageConfigError,
+    StorageUnavailableError,
+    StoreItem,
+    open_storage,
+)
+from backends.envelope import wrap
+from backends.file import LOCK_DIR, STALE_TEMP_SECONDS
+from backends.fileio import TEMP_PREFIX
+from backends.filelock import StripedFileLocks
+from backends.filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
+from state.keys import user_key
+from tests.backends.file_worker import checked_document
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER = Path(__file__).with_name("file_worker.py")
+
+segments = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1
+).filter(lambda s: s not in (".", ".."))
+keys = st.lists(st.one_of(segments, segments.map(lambda s: s * 40)), min_size=1, max_size=4).map(
+    "/".join
+)
+
+
+def data_files(root: Path) -> list[str]:
+    return sorted(name for name in os.listdir(root) if not name.startswith("."))
+
+
+# --- file names ---------------------------------------------------------------------
+
+
+@given(keys)
+def test_file_names_are_reversible_short_and_case_free(key):
+    name = name_for_key(key)
+    assert len(name.encode()) <= MAX_NAME_BYTES
+    assert name.isascii() and name == name.lower() and "/" not in name
+    assert not name.startswith(".")
+    if is_hashed(name):
+        assert key_for_name(name) is None and name == "#" + hashlib.sha256(key.encode()).hexdigest()
+    else:
+        assert key_for_name(name) == key
+
+
+@given(keys)
+def test_keys_differing_only_in_case_never_share_a_file_name(key):
+    other = key.swapcase()
+    if other != key:
+        assert name_for_key(key).casefold() != name_for_key(other).casefold()
+
+
+def test_foreign_and_non_canonical_names_decode_to_no_key():
+    assert key_for_name("a+b") == "a/b" and key_for_name("!ada") == "Ada"
+    for name in [".locks", ".tmp-1", "A", "=61", "a++b", "+a", "=2e=2e", "=ff", "a b", "!"]:
+        assert key_for_name(name) is None, name
+
+
+async def test_case_variants_are_separate_files(tmp_path):
+    storage = FileStorage(tmp_path)
+    variants = [user_key("c", ident) for ident in ("Ada", "ada", "ADA", "aDa")]
+    await storage.write({key: StoreItem({"i": i}) for i, key in enumerate(variants)})
+    assert len({name.casefold() for name in data_files(tmp_path)}) == len(variants)
+    stored = await storage.read(variants)
+    assert [stored[key].value["i"] for key in variants] == list(range(len(variants)))
+
+
+# --- containment --------------------------------------------------------------------
+
+HOSTILE_KEYS = [
+    "a" * 10_000, "🙂" * 300, "%2e%2e/%2E%2E", "..%2F..%2Fetc/passwd", "a..b/...", ".hidden/x",
+    "~root", "back\\slash/..\\..\\x", "c:\\windows", "con/aux.txt", " space /\ttab",
+    "\u202eevil", "e\u0301/é", "x" * 300 + "/" + "y" * 300, ".locks", ".tmp-x",
+]
+
+
+async def test_hostile_keys_stay_inside_root(tmp_path):
+    root = tmp_path / "store"
+    storage = FileStorage(root)
+    await storage.write({key: StoreItem({"key": key}, None) for key in HOSTILE_KEYS})
+
+    assert os.listdir(tmp_path) == ["store"]
+    for directory, subdirs, files in os.walk(root):
+        assert Path(directory) in (root, root / LOCK_DIR) and subdirs in ([LOCK_DIR], [])
+        assert all(len(name.encode()) <= MAX_NAME_BYTES for name in files)
+    assert len(data_files(root)) == len(HOSTILE_KEYS)
+    stored = await storage.read(HOSTILE_KEYS)
+    assert {key: item.value["key"] for key, item in stored.items()} == {k: k for k in HOSTILE_KEYS}
+    assert sorted([key async for key in storage.list()]) == sorted(HOSTILE_KEYS)
+
+    for bad in ["../x", "a/../../x", "/etc/passwd", "..", "a/./b", "nul\x00/x"]:
+        with pytest.raises(InvalidKeyError):
+            await storage.write({bad: StoreItem({})})
+    assert len(data_files(root)) == len(HOSTILE_KEYS)
+
+
+@pytest.mark.parametrize("ident", ["x" * 10_000, "🙂" * 10_000])
+async def test_ten_thousand_character_ids(tmp_path, ident):
+    storage = FileStorage(tmp_path)
+    key = user_key("chan", ident)
+    etag = (await storage.write({key: StoreItem({"v": 1}, None)}))[key]
+    etag = (await storage.write({key: StoreItem({"v": 2}, etag)}))[key]
+    assert (await storage.read([key]))[key] == StoreItem({"v": 2}, etag)
+    assert [k async for k in storage.list("chan/users/")] == [key]
+    assert [k async for k in storage.list("chan/users/y")] == []
+    assert all(is_hashed(name) for name in data_files(tmp_path))
+    await storage.delete([key], if_match={key: etag})
+    assert data_files(tmp_path) == []
+
+
+# --- leftovers and TTL ----------------------------------------------------------------
+
+
+async def test_temp_files_are_ignored_and_stale_ones_removed_by_list(tmp_path):
+    storage = FileStorage(tmp_path)
+    await storage.write({"k/a": StoreItem({"a": 1})})
+    fresh, stale = tmp_path / f"{TEMP_PREFIX}fresh", tmp_path / f"{TEMP_PREFIX}stale"
+    fresh.write_bytes(b'{"v":1,"tor')
+    stale.write_bytes(b'{"v":1,"tor')
+    old = time.time() - STALE_TEMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    assert [k async for k in storage.list()] == ["k/a"]
+    assert fresh.exists() and not stale.exists()
+    assert (await storage.read(["k/a"]))["k/a"].value == {"a": 1}
+
+
+async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_path):
+    storage = FileStorage(tmp_path)
+    await storage.write({"k/live": StoreItem({"v": 1})}, ttl=3600)
+    meta = orjson.loads(storage.path_for("k/live").read_bytes())["meta"]
+    assert time.time() + 3500 < meta["expires_at"] < time.time() + 3601
+    assert "k/live" in await FileStorage(tmp_path).read(["k/live"])
+
+    past = time.time() - 1
+    for key in ("k/old", "k/gone"):
+        raw = wrap(key, orjson.dumps({"old": True}), "old-etag", expires_at=past)
+        storage.path_for(key).write_bytes(raw)
+    assert await storage.read(["k/old", "k/gone"]) == {}
+    with pytest.raises(ConflictError):
+        await storage.write({"k/old": StoreItem({"v": 2}, "old-etag")})
+    await storage.write({"k/old": StoreItem({"new": True}, None)})  # expired counts as absent
+    assert (await storage.read(["k/old"]))["k/old"].value == {"new": True}
+    assert [k async for k in storage.list("k/")] == ["k/live", "k/old"]
+    assert not storage.path_for("k/gone").exists()  # list removed the expired document
+
+
+# --- locks ----------------------------------------------------------------------------
+
+
+async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
+    first, second = StripedFileLocks(tmp_path), StripedFileLocks(tmp_path)
+    acquired, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        acquired.set()
+        release.wait(10)
+
+    holder = asyncio.create_task(first.run("k", hold))
+    assert await asyncio.to_thread(acquired.wait, 5)
+    with pytest.raises(asyncio.TimeoutError):  # blocked by the other instance's holder
+        await asyncio.wait_for(second.run("k", lambda: None), 0.2)
+    release.set()
+    await holder
+    assert await asyncio.wait_for(second.run("k", lambda: "second"), 5) == "second"
+    assert await asyncio.wait_for(first.run("k", lambda: "first"), 5) == "first"
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )
+
+
+async def test_two_processes_incrementing_lose_no_update(tmp_path):
+    storage = FileStorage(tmp_path)
+    await storage.write({"race/n": StoreItem({"n": 0}, None)})
+    times = 150
+    workers = [spawn("increment", str(tmp_path), "race/n", str(times)) for _ in range(2)]
+    try:
+        for worker in workers:
+            assert worker.stdout.readline().strip() == "ready"
+        for worker in workers:
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        for worker in workers:
+            assert int(worker.stdout.readline()) >= 0
+            assert worker.wait(timeout=60) == 0
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+    assert (await storage.read(["race/n"]))["race/n"].value == {"n": 2 * times}
+
+
+async def test_writer_killed_mid_write_never_leaves_a_torn_document(tmp_path):
+    """Each round kills a writer during its (round % 4 + 1)-th write: the document must be
+    complete and no older than the last write the writer saw return."""
+    storage = FileStorage(tmp_path)
+    size = 2_000_000
+    await storage.write({"crash/doc": StoreItem(checked_document(-1, size))})
+    stored_seq, killed_mid_write = -1, 0
+    for round_ in range(30):
+        temps_before = {n for n in os.listdir(tmp_path) if n.startswith(TEMP_PREFIX)}
+        first = 1000 * round_
+        worker = spawn("write-loop", str(tmp_path), "crash/doc", str(size), str(first))
+        try:
+            assert worker.stdout.readline().strip() == "writing"
+            acknowledged = [int(worker.stdout.readline()) for _ in range(round_ % 4)]
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # kill as soon as the next write is in flight
+                if any(n.startswith(TEMP_PREFIX) for n in set(os.listdir(tmp_path)) - temps_before):
+                    break
+            worker.send_signal(signal.SIGKILL)
+        finally:
+            worker.kill()
+            worker.wait()
+        temps_after = {n for n in os.listdir(tmp_path) if n.startswith(TEMP_PREFIX)}
+        killed_mid_write += bool(temps_after - temps_before)
+
+        document = (await storage.read(["crash/doc"]))["crash/doc"].value
+        assert document == checked_document(document["seq"], size)  # complete, never torn
+        oldest_allowed = acknowledged[-1] if acknowledged else stored_seq
+        assert document["seq"] == stored_seq or document["seq"] >= first
+        assert document["seq"] >= oldest_allowed
+        assert [k async for k in storage.list()] == ["crash/doc"]
+        stored_seq = document["seq"]
+    assert killed_mid_write > 0  # the test did hit writes in flight
+
+
+# --- errors and URLs ------------------------------------------------------------------
+
+
+def test_root_that_is_a_file_is_unavailable(tmp_path):
+    regular = tmp_path / "regular"
+    regular.write_text("not a directory")
+    for root in (regular, regular / "below"):
+        with pytest.raises(StorageUnavailableError) as info:
+            FileStorage(root)
+        assert isinstance(info.value.__cause__, OSError)
+
+
+async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path):
+    root = tmp_path / "store"
+    storage = FileStorage(root)
+    await storage.write({"k/a": StoreItem({"a": 1})})
+    shutil.rmtree(root)
+    root.write_text("now a file")
+
+    async def listed() -> list[str]:
+        return [k async for k in storage.list()]
+
+    for attempt in (
+        storage.read(["k/a"]),
+        storage.write({"k/a": StoreItem({"a": 2})}),
+        storage.delete(["k/a"]),
+        listed(),
+    ):
+        with pytest.raises(StorageUnavailableError) as info:
+            await attempt
+        assert isinstance(info.value.__cause__, OSError)
+
+
+async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    relative = FileStorage.from_url("file://./data")
+    assert relative.root == tmp_path / "data" and relative.root.is_dir()
+    absolute = FileStorage.from_url(f"file://{tmp_path}/with%20space")
+    assert absolute.root == tmp_path / "with space" and absolute.root.is_dir()
+
+    opened = open_storage("file://./data", max_document_bytes=1000)
+    assert isinstance(opened, FileStorage) and opened.max_document_bytes == 1000
+    await opened.write({"k/a": StoreItem({"a": 1})})
+    again = open_storage(f"file://{tmp_path}/data")
+    assert (await again.read(["k/a"]))["k/a"].value == {"a": 1}
+    for bad in ("file://", "memory://x", "/no/scheme"):
+        with pytest.raises(StorageConfigError):
+            FileStorage.from_url(bad)
