@@ -10,12 +10,18 @@ caller cannot cut a critical section short (the thread finishes it and unlocks).
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from .errors import StorageConfigError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: FileStorage refuses to start, the rest of `backends` imports
+    fcntl = None  # type: ignore[assignment]
 
 T = TypeVar("T")
 
@@ -24,6 +30,8 @@ class StripedFileLocks:
     """Locks `stripes` lock files in `directory` (created on first use) on behalf of keys."""
 
     def __init__(self, directory: Path, stripes: int = 256) -> None:
+        if fcntl is None:
+            raise StorageConfigError("FileStorage needs POSIX file locking (fcntl.flock)")
         self._directory = directory
         self._stripes = stripes
         self._task_locks: dict[int, asyncio.Lock] = {}
