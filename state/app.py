@@ -1,0 +1,142 @@
+"""`AgentApplication`: route each incoming activity to a handler around one load and one save.
+
+A turn is: load every bucket in one batched read, run the before-turn hooks, run the first
+matching route, run the after-turn hooks, save the changed buckets in at most one write,
+return the replies. The application object holds only configuration and routes, so one
+instance serves any number of concurrent turns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from backends import Storage
+
+from .activity import Activity
+from .bucket import AgentState
+from .context import TurnContext
+from .ids import TurnIds
+from .routing import Handler, Route, Selector, first_match, text_selector, type_selector
+from .turn_state import TurnState
+
+Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
+"""`async def hook(ctx, state)`; returning `False` stops the hooks after it."""
+
+ErrorHandler = Callable[[TurnContext, Exception], Awaitable[None]]
+"""`async def on_error(ctx, error)`; runs when a hook, selector or handler raises."""
+
+_H = TypeVar("_H", bound=Handler)
+_Hook = TypeVar("_Hook", bound=Hook)
+_Err = TypeVar("_Err", bound=ErrorHandler)
+
+
+class AgentApplication:
+    """Routes activities to `async def handler(ctx, state)` functions with persistent state.
+
+    Routes are tried in registration order and the first match handles the turn.
+    A before-turn hook returning `False` ends the turn early (no route runs); what changed
+    so far is still saved. An exception from your code (hook, selector, handler) saves
+    nothing and goes to the `@app.error` handler, or out of `process` if there is none.
+    Storage errors from loading or saving, `StateConflictError` included, always propagate.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        app_name: str | None = None,
+        custom_scopes: Iterable[type[AgentState]] = (),
+        namespace: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.app_name = app_name
+        self.namespace = namespace
+        self.custom_scopes = tuple(custom_scopes)
+        self._routes: list[Route] = []
+        self._before: list[Hook] = []
+        self._after: list[Hook] = []
+        self._on_error: ErrorHandler | None = None
+
+    def message(self, pattern: str | re.Pattern[str] | None = None) -> Callable[[_H], _H]:
+        """Route messages: a str matches the whole trimmed text ignoring case, a regex is
+        searched in it, `None` matches every message."""
+        return self._route(text_selector(pattern))
+
+    def activity(self, activity_type: str) -> Callable[[_H], _H]:
+        """Route activities of one type, e.g. `"conversationUpdate"` or `"event"`."""
+        return self._route(type_selector(activity_type))
+
+    def route(self, selector: Selector) -> Callable[[_H], _H]:
+        """Route turns for which `selector(ctx)` (sync or async) is true."""
+        if not callable(selector):
+            raise TypeError("route() takes a callable selector(ctx)")
+        return self._route(selector)
+
+    def before_turn(self, hook: _Hook) -> _Hook:
+        """Run `hook(ctx, state)` before routing; returning `False` ends the turn there."""
+        self._before.append(hook)
+        return hook
+
+    def after_turn(self, hook: _Hook) -> _Hook:
+        """Run `hook(ctx, state)` after the handler, before saving; `False` stops later hooks."""
+        self._after.append(hook)
+        return hook
+
+    def error(self, handler: _Err) -> _Err:
+        """Set the one error handler, `async def on_error(ctx, error)`."""
+        if self._on_error is not None:
+            raise ValueError("this application already has an error handler")
+        self._on_error = handler
+        return handler
+
+    async def process(self, activity: Activity | Mapping[str, Any] | BaseModel) -> list[Activity]:
+        """Run one turn for `activity` (ours, a wire dict or an Agents SDK activity) and
+        return the replies it sent."""
+        activity = Activity.of(activity)
+        sender, conversation = activity.from_property, activity.conversation
+        ids = TurnIds(
+            channel_id=activity.channel_id,
+            user_id=sender.id if sender is not None else None,
+            conversation_id=conversation.id if conversation is not None else None,
+            app_name=self.app_name,
+            namespace=self.namespace,
+        )
+        state = TurnState(ids, self.custom_scopes)
+        await state.load(self.storage)
+        ctx = TurnContext(activity, state)
+        try:
+            await self._run(ctx, state)
+        except Exception as error:
+            if self._on_error is None:
+                raise
+            await self._on_error(ctx, error)
+            return ctx.replies
+        await state.save(self.storage)
+        return ctx.replies
+
+    async def _run(self, ctx: TurnContext, state: TurnState) -> None:
+        if not await _run_hooks(self._before, ctx, state):
+            return
+        handler = await first_match(self._routes, ctx)
+        if handler is not None:
+            await handler(ctx, state)
+        await _run_hooks(self._after, ctx, state)
+
+    def _route(self, selector: Selector) -> Callable[[_H], _H]:
+        def register(handler: _H) -> _H:
+            self._routes.append(Route(selector, handler))
+            return handler
+
+        return register
+
+
+async def _run_hooks(hooks: list[Hook], ctx: TurnContext, state: TurnState) -> bool:
+    """Run hooks in order until one returns `False`; say whether all of them ran."""
+    for hook in hooks:
+        if await hook(ctx, state) is False:
+            return False
+    return True

@@ -1,0 +1,48 @@
+"""`TurnContext`: what a handler sees of one turn, its activity, its state and its replies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .activity import Activity
+
+if TYPE_CHECKING:
+    from .turn_state import TurnState
+
+
+class TurnContext:
+    """One turn: the incoming `activity`, the turn's `state` and the `replies` sent so far.
+
+    `send` only collects replies; `AgentApplication.process` returns them to the caller,
+    which delivers them to the channel.
+    """
+
+    __slots__ = ("activity", "state", "replies")
+
+    def __init__(self, activity: Activity, state: TurnState) -> None:
+        self.activity = activity
+        self.state = state
+        self.replies: list[Activity] = []
+
+    @property
+    def text(self) -> str:
+        """The incoming text, trimmed (`""` when the activity has none)."""
+        return (self.activity.text or "").strip()
+
+    async def send(self, message: str | Activity | Mapping[str, Any]) -> Activity:
+        """Queue a reply: a text, or an activity whose missing routing fields are filled in."""
+        if isinstance(message, str):
+            reply = self.activity.reply(message)
+        else:
+            reply = Activity.of(message)
+            defaults = self.activity.reply()
+            missing = {
+                name: getattr(defaults, name)
+                for name in ("channel_id", "from_property", "recipient", "conversation",
+                             "reply_to_id")
+                if getattr(reply, name) is None
+            }
+            reply = reply.model_copy(update=missing) if missing else reply
+        self.replies.append(reply)
+        return reply

@@ -1,0 +1,63 @@
+"""Routes: a selector over the turn and the handler it picks; the first match wins."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .context import TurnContext
+
+if TYPE_CHECKING:
+    from .turn_state import TurnState
+
+Handler = Callable[[TurnContext, "TurnState"], Awaitable[None]]
+"""`async def handler(ctx, state) -> None`."""
+
+Selector = Callable[[TurnContext], bool | Awaitable[bool]]
+"""A sync or async predicate over the turn's context."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A selector and the handler it sends matching turns to."""
+
+    selector: Selector
+    handler: Handler
+
+
+def text_selector(pattern: str | re.Pattern[str] | None) -> Selector:
+    """Match messages: a str against the whole trimmed text, ignoring case; a regex anywhere."""
+    if pattern is None:
+        return lambda ctx: _is_type(ctx, "message")
+    if isinstance(pattern, re.Pattern):
+        return lambda ctx: _is_type(ctx, "message") and pattern.search(ctx.text) is not None
+    if isinstance(pattern, str):
+        wanted = pattern.strip().casefold()
+        return lambda ctx: _is_type(ctx, "message") and ctx.text.casefold() == wanted
+    raise TypeError(f"message() takes a str or a compiled regex, not {type(pattern).__name__}")
+
+
+def type_selector(activity_type: str) -> Selector:
+    """Match activities of one type (`message`, `conversationUpdate`, ...), ignoring case."""
+    if not isinstance(activity_type, str) or not activity_type:
+        raise TypeError("activity() takes a non-empty activity type string")
+    wanted = activity_type.casefold()
+    return lambda ctx: _is_type(ctx, wanted)
+
+
+async def first_match(routes: Sequence[Route], ctx: TurnContext) -> Handler | None:
+    """The handler of the first route, in registration order, whose selector accepts `ctx`."""
+    for route in routes:
+        matched = route.selector(ctx)
+        if inspect.isawaitable(matched):
+            matched = await matched
+        if matched:
+            return route.handler
+    return None
+
+
+def _is_type(ctx: TurnContext, casefolded: str) -> bool:
+    return ctx.activity.type.casefold() == casefolded

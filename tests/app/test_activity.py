@@ -1,0 +1,128 @@
+"""Activity (wire shape, snake_case, Agents SDK input) and TurnContext replies."""
+
+from __future__ import annotations
+
+import pytest
+from microsoft_agents.activity import Activity as SdkActivity
+from microsoft_agents.activity import ChannelAccount as SdkAccount
+from microsoft_agents.activity import ConversationAccount as SdkConversation
+from pydantic import ValidationError
+
+from state.activity import Activity
+from state.context import TurnContext
+
+WIRE = {
+    "type": "message",
+    "id": "act-1",
+    "channelId": "msteams",
+    "serviceUrl": "https://smba.example/",
+    "from": {"id": "29:1abc", "name": "Ada", "aadObjectId": "00000000-aaaa"},
+    "recipient": {"id": "28:bot", "name": "Bot"},
+    "conversation": {"id": "19:x@thread.v2", "isGroup": True, "tenantId": "t1"},
+    "text": "  Hello  ",
+    "value": {"action": "vote", "choice": 2},
+    "channelData": {"tenant": {"id": "t1"}},
+}
+
+
+def test_wire_json_reads_every_field_and_keeps_the_rest():
+    activity = Activity.model_validate(WIRE)
+    assert (activity.type, activity.id, activity.channel_id) == ("message", "act-1", "msteams")
+    assert activity.from_property.id == "29:1abc" and activity.from_property.name == "Ada"
+    assert activity.recipient.id == "28:bot"
+    assert activity.conversation.id == "19:x@thread.v2"
+    assert activity.text == "  Hello  " and activity.value == {"action": "vote", "choice": 2}
+    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
+    assert activity.from_property.model_extra == {"aadObjectId": "00000000-aaaa"}
+
+
+def test_wire_json_round_trips():
+    dumped = Activity.model_validate(WIRE).model_dump(by_alias=True, exclude_none=True)
+    assert dumped == WIRE
+
+
+@pytest.mark.parametrize("sender_arg", ["from_", "from_property"])
+def test_snake_case_construction(sender_arg):
+    activity = Activity(
+        channel_id="telegram", conversation={"id": "c1"}, text="hi", **{sender_arg: {"id": "u1"}}
+    )
+    assert activity.type == "message"
+    assert activity.channel_id == "telegram" and activity.from_property.id == "u1"
+    wire = activity.model_dump(by_alias=True, exclude_none=True)
+    assert wire == {"type": "message", "channelId": "telegram", "from": {"id": "u1"},
+                    "conversation": {"id": "c1"}, "text": "hi"}
+
+
+def test_bad_field_types_are_rejected():
+    with pytest.raises(ValidationError):
+        Activity.model_validate({"type": "message", "from": "not an account"})
+
+
+def test_of_accepts_the_agents_sdk_activity_as_it_is():
+    sdk = SdkActivity(
+        type="message",
+        id="a9",
+        channel_id="msteams",
+        service_url="https://smba.example/",
+        from_property=SdkAccount(id="29:u", name="Grace", aad_object_id="oid"),
+        recipient=SdkAccount(id="28:bot"),
+        conversation=SdkConversation(id="19:c", is_group=True),
+        text="ping",
+        value={"k": 1},
+    )
+    activity = Activity.of(sdk)
+    assert (activity.channel_id, activity.from_property.id, activity.conversation.id) == (
+        "msteams", "29:u", "19:c"
+    )
+    assert activity.text == "ping" and activity.value == {"k": 1} and activity.id == "a9"
+    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
+    assert activity.from_property.model_extra["aadObjectId"] == "oid"
+    assert activity.conversation.model_extra["isGroup"] is True
+
+
+def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
+    wire = {"type": "message", "channelId": "msteams", "from": {"id": "u"},
+            "conversation": {"id": "c"}, "entities": [{"type": "ProductInfo", "id": "COPILOT"}]}
+    sdk = SdkActivity.model_validate(wire)
+    assert sdk.channel_id == "msteams:COPILOT"
+    activity = Activity.of(sdk)
+    assert activity.channel_id == Activity.of(wire).channel_id == "msteams"
+    assert activity.model_extra["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
+
+
+def test_of_takes_dicts_keeps_ours_and_rejects_other_objects():
+    ours = Activity(text="x")
+    assert Activity.of(ours) is ours
+    assert Activity.of({"type": "event", "channelId": "c"}).channel_id == "c"
+    with pytest.raises(TypeError):
+        Activity.of("message")  # type: ignore[arg-type]
+
+
+def test_reply_goes_back_to_the_sender():
+    incoming = Activity.model_validate(WIRE)
+    reply = incoming.reply("hi Ada")
+    assert reply.type == "message" and reply.text == "hi Ada"
+    assert reply.from_property.id == "28:bot" and reply.recipient.id == "29:1abc"
+    assert reply.conversation.id == "19:x@thread.v2" and reply.channel_id == "msteams"
+    assert reply.model_dump(by_alias=True, exclude_none=True)["replyToId"] == "act-1"
+
+
+async def test_send_collects_replies_in_order_and_fills_routing():
+    ctx = TurnContext(Activity.model_validate(WIRE), state=object())  # type: ignore[arg-type]
+    assert ctx.text == "Hello"
+    first = await ctx.send("one")
+    card = Activity(type="event", value={"card": True}, conversation={"id": "elsewhere"})
+    second = await ctx.send(card)
+    third = await ctx.send({"type": "typing"})
+    assert ctx.replies == [first, second, third]
+    assert first.text == "one" and first.recipient.id == "29:1abc"
+    assert second.type == "event" and second.value == {"card": True}
+    assert second.conversation.id == "elsewhere", "fields the caller set are kept"
+    assert second.recipient.id == "29:1abc" and second.reply_to_id == "act-1"
+    assert card.recipient is None, "the caller's activity is not mutated"
+    assert third.type == "typing" and third.channel_id == "msteams"
+
+
+async def test_text_is_empty_without_text():
+    ctx = TurnContext(Activity(type="event"), state=object())  # type: ignore[arg-type]
+    assert ctx.text == ""

@@ -1,0 +1,83 @@
+"""The examples, run as the README runs them, in a temp folder, with no optional SDK importable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+# Runs a script as __main__ with the optional backend SDKs made unimportable (core install).
+CORE_ONLY = """
+import runpy, sys
+for name in ("redis", "azure", "aiohttp"):
+    sys.modules[name] = None
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    environment = {k: v for k, v in os.environ.items() if k != "AGENT_STATE_QUICKSTART_DIR"}
+    environment.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-c", CORE_ONLY, str(EXAMPLES / script), *args],
+        cwd=cwd, env=environment, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_quickstart_remembers_across_runs_in_a_folder_of_the_cwd(tmp_path):
+    first = run("quickstart.py", cwd=tmp_path)
+    assert "[team-chat] bot: Nice to meet you, Ada!" in first
+    assert "[team-chat] bot: Nice to meet you, Grace!" in first
+    assert "[ada-dm] bot: Welcome back, Ada! This is visit 2." in first, "user state crosses chats"
+    assert "topic '(none)'" in first, "the 1:1 chat has its own conversation state"
+    assert "topic 'release planning'" in first, "group members share conversation state"
+    assert "notes ['I own the changelog']" in first, "session state: Grace's notes, not Ada's"
+    assert (tmp_path / ".quickstart-state").is_dir()
+
+    second = run("quickstart.py", cwd=tmp_path)
+    assert "Nice to meet you" not in second
+    assert "[team-chat] bot: Welcome back, Ada! This is visit 3." in second
+    assert "[team-chat] bot: Welcome back, Grace! This is visit 2." in second
+    assert "I had noted that already" in second
+    assert "{'turns': 18}" in second and "{'name': 'Ada', 'visits': 4}" in second
+
+
+def test_quickstart_folder_from_option_or_environment(tmp_path):
+    run("quickstart.py", "--dir", "by-option", cwd=tmp_path)
+    run("quickstart.py", cwd=tmp_path, env={"AGENT_STATE_QUICKSTART_DIR": "by-env"})
+    again = run("quickstart.py", cwd=tmp_path, env={"AGENT_STATE_QUICKSTART_DIR": "by-env"})
+    assert "This is visit 3." in again
+    assert (tmp_path / "by-option").is_dir() and (tmp_path / "by-env").is_dir()
+    assert not (tmp_path / ".quickstart-state").exists()
+
+
+def test_background_job_edits_what_the_quickstart_stored(tmp_path):
+    run("quickstart.py", "--dir", "state", cwd=tmp_path)
+    job = run("background_job.py", "--dir", "state", "--min-visits", "2", cwd=tmp_path)
+    assert "seeding" not in job
+    assert "ada: 2 visits -> granted plan 'pro'" in job
+    assert "grace: 1 visits, plan stays 'free'" in job
+
+    chat = run("quickstart.py", "--dir", "state", cwd=tmp_path)
+    assert "user: Ada, visits 4, plan 'pro'" in chat, "the bot sees the job's edit"
+    assert "user: Grace, visits 2, plan 'free'" in chat
+    assert "{'name': 'Ada', 'visits': 4, 'plan': 'pro'}" in chat, "the turns kept the plan"
+
+
+def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path):
+    first = run("background_job.py", cwd=tmp_path)
+    assert "no users on channel 'quickstart' yet" in first and "seeding" in first
+    assert "ada: 4 visits -> granted plan 'pro'" in first
+    assert "linus: 7 visits -> granted plan 'pro'" in first
+    assert "grace: 2 visits, plan stays 'free'" in first
+
+    second = run("background_job.py", cwd=tmp_path)
+    assert "seeding" not in second and "granted" not in second
+    assert "ada: 4 visits, plan stays 'pro'" in second
