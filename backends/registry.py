@@ -11,6 +11,8 @@ from .errors import StorageConfigError
 
 _SCHEMES: dict[str, str] = {
     "memory": "backends.memory:MemoryStorage",
+    "redis": "backends.redis:RedisStorage",
+    "rediss": "backends.redis:RedisStorage",
     "file": "backends.file:FileStorage",
 }
 

@@ -7,10 +7,15 @@ import contextlib
 import pytest
 
 from tests.conformance.harness import Harness
+from tests.conformance.harness_file import file_harness
 from tests.conformance.harness_memory import memory_harness
+from tests.conformance.harness_redis import redis_cluster_harness, redis_harness
 
 HARNESSES = {
     "memory": memory_harness,
+    "redis": redis_harness,
+    "redis-cluster": redis_cluster_harness,
+    "file": file_harness,
 }
 
 

@@ -1,0 +1,108 @@
+"""The stored value format and the Lua scripts that check versions, then write or delete.
+
+A document is one Redis string, `<version> <envelope>`: reads are a plain `MGET`, and a script
+reads a version with `GETRANGE` without copying the document. A version is
+`max(previous + 1, server time in microseconds)`, so it grows with every write and a key that is
+deleted and created again never gets an old version back (see docs/redis.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+_STORED = re.compile(rb"([0-9]{1,20}) ", re.ASCII)
+
+
+def stored_value(version: str, envelope: bytes) -> bytes:
+    """The Redis value holding `envelope` at `version` (as the write script builds it)."""
+    return version.encode() + b" " + envelope
+
+
+def split_stored(value: bytes | str) -> tuple[str, bytes] | None:
+    """(version, envelope) of a stored value; None if agent-state did not write it."""
+    raw = value.encode() if isinstance(value, str) else value
+    match = _STORED.match(raw)
+    return (match.group(1).decode(), raw[match.end():]) if match else None
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """A script's source and the SHA1 that EVALSHA names it by."""
+
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+
+
+WRITE = LuaScript(
+    """#!lua
+-- KEYS: the Redis keys of one slot group. ARGV[1]: '1' all or nothing, '0' per key;
+-- ARGV[2]: TTL in ms ('0' = none); then per key its precondition ('*' = always,
+-- '' = must not exist, else the version it must have) and its envelope.
+-- Reply per key: the new version, 0 = precondition failed, 1 = held but not written.
+local atomic = ARGV[1] == '1'
+local ttl = ARGV[2]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local reply, failed = {}, false
+for i, key in ipairs(KEYS) do
+  local expected = ARGV[2 * i + 1]
+  local head = redis.pcall('GETRANGE', key, 0, 20)
+  local version = type(head) == 'string' and string.match(head, '^(%d+) ') or nil
+  local exists = version ~= nil or head ~= '' or redis.call('EXISTS', key) == 1
+  local holds
+  if expected == '*' then holds = true
+  elseif expected == '' then holds = not exists
+  else holds = version == expected end
+  if holds then
+    local previous = version and tonumber(version)
+    local fresh = now
+    if previous and previous >= now then fresh = previous + 1 end
+    reply[i] = string.format('%.0f', fresh)
+  else
+    reply[i] = 0
+    failed = true
+  end
+end
+if atomic and failed then
+  for i = 1, #KEYS do
+    if reply[i] ~= 0 then reply[i] = 1 end
+  end
+  return reply
+end
+for i, key in ipairs(KEYS) do
+  if reply[i] ~= 0 then
+    local value = reply[i] .. ' ' .. ARGV[2 * i + 2]
+    if ttl ~= '0' then
+      redis.call('SET', key, value, 'PX', ttl)
+    else
+      redis.call('SET', key, value) -- a plain SET also drops an earlier TTL
+    end
+  end
+end
+return reply
+"""
+)
+"""Conditional write of one slot group; each document is one SET (value and TTL together)."""
+
+DELETE = LuaScript(
+    """#!lua
+-- KEYS: the Redis keys of one slot group; ARGV[i]: '*' or the version KEYS[i] must have.
+-- Reply: the positions (1-based) whose version did not match; those keys are kept.
+local failed = {}
+for i, key in ipairs(KEYS) do
+  local keep = false
+  if ARGV[i] ~= '*' then
+    local head = redis.pcall('GETRANGE', key, 0, 20)
+    keep = type(head) ~= 'string' or string.match(head, '^(%d+) ') ~= ARGV[i]
+  end
+  if keep then failed[#failed + 1] = i else redis.call('UNLINK', key) end
+end
+return failed
+"""
+)
+"""Conditional delete of one slot group, key by key."""

@@ -1,0 +1,525 @@
+"""RedisStorage on real servers: round trips, slot grouping, versions, TTL, outages, URLs.
+
+Round trips are counted by wrapping redis-py's `send_packed_command` (one call is one write of a
+whole request or pipeline to the socket) and cross-checked with the server's command stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import AbstractConnection, SSLConnection
+from redis.crc import key_slot
+from redis.exceptions import RedisError
+
+from backends import (
+    ConflictError,
+    FormatError,
+    StorageConfigError,
+    StorageUnavailableError,
+    StoreItem,
+    open_storage,
+)
+from backends.redis import RedisStorage
+from backends.redis_layout import KeyLayout
+from backends.redis_scripts import split_stored
+from state.keys import conversation_key, session_key, user_key
+from tests.conformance.harness_redis import (
+    CLUSTER_URL,
+    STANDALONE_URL,
+    open_reachable,
+    remove_namespace,
+)
+from tests.conftest import server_missing
+
+# --- fixtures -------------------------------------------------------------------------------
+
+
+async def fresh_namespace(cluster: bool) -> AsyncIterator[RedisStorage]:
+    variable = CLUSTER_URL if cluster else STANDALONE_URL
+    storage = await open_reachable(variable, cluster=cluster, namespace=uuid.uuid4().hex)
+    yield storage
+    await remove_namespace(storage)
+    await storage.close()
+
+
+@pytest.fixture
+async def standalone() -> AsyncIterator[RedisStorage]:
+    async for storage in fresh_namespace(cluster=False):
+        yield storage
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[RedisStorage]:
+    async for storage in fresh_namespace(cluster=True):
+        yield storage
+
+
+@pytest.fixture(params=[False, True], ids=["standalone", "cluster"])
+async def either(request: pytest.FixtureRequest) -> AsyncIterator[RedisStorage]:
+    async for storage in fresh_namespace(cluster=request.param):
+        yield storage
+
+
+@dataclass
+class RoundTrips:
+    count: int = 0
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
+    """Counts requests written to any Redis socket (a pipeline is written as one request)."""
+    counter = RoundTrips()
+    send = AbstractConnection.send_packed_command
+
+    async def counting(self, command, check_health=True):
+        counter.count += 1
+        return await send(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    return counter
+
+
+async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
+    """Server-side call count of `command` on each primary behind `storage` (INFO commandstats)."""
+    if not storage.cluster:
+        stats = await storage.client.info("commandstats")
+        return {"server": stats.get(f"cmdstat_{command}", {}).get("calls", 0)}
+    counts = {}
+    for node in storage.client.get_primaries():
+        async with Redis(host=node.host, port=node.port) as raw:
+            stats = await raw.info("commandstats")
+        counts[node.name] = stats.get(f"cmdstat_{command}", {}).get("calls", 0)
+    return counts
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {node: after[node] - before[node] for node in after if after[node] != before[node]}
+
+
+def slot_of(storage: RedisStorage, key: str) -> int:
+    return key_slot(storage.layout.redis_key(key).encode())
+
+
+# --- round trips ----------------------------------------------------------------------------
+
+
+async def test_batch_read_is_one_round_trip_whatever_its_size(standalone, round_trips):
+    keys = [f"c/users/u{i}" for i in range(500)]
+    await standalone.write({key: StoreItem({"i": i}) for i, key in enumerate(keys)})
+    await standalone.read(keys[:1])  # warm: the pooled connection exists
+    before, round_trips.count = await command_calls(standalone, "mget"), 0
+    found = await standalone.read(keys + ["c/users/missing"])
+    assert round_trips.count == 1
+    assert delta(before, await command_calls(standalone, "mget")) == {"server": 1}
+    assert {key: item.value["i"] for key, item in found.items()} == {
+        key: i for i, key in enumerate(keys)
+    }
+
+
+async def test_batch_write_is_one_round_trip_and_one_script_call(standalone, round_trips):
+    changes = {f"c/users/u{i}": StoreItem({"i": i}, None) for i in range(200)}
+    await standalone.write({"warm/up": StoreItem({})})
+    before, round_trips.count = await command_calls(standalone, "evalsha"), 0
+    etags = await standalone.write(changes)
+    assert round_trips.count == 1
+    assert delta(before, await command_calls(standalone, "evalsha")) == {"server": 1}
+    assert set(etags) == set(changes)
+
+
+async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(cluster, round_trips):
+    conversation = conversation_key("teams", "19:x@thread.v2")
+    session = session_key("teams", "19:x@thread.v2", "29:1abc")
+    assert slot_of(cluster, conversation) == slot_of(cluster, session)
+    changes = {conversation: StoreItem({"topic": 1}, "*"), session: StoreItem({"step": 2}, "*")}
+    await cluster.write(changes)  # warm: the node has a connection and the script
+    before, round_trips.count = await command_calls(cluster, "evalsha"), 0
+    await cluster.write(changes)
+    assert round_trips.count == 1
+    assert list(delta(before, await command_calls(cluster, "evalsha")).values()) == [1]
+
+
+async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(cluster, round_trips):
+    users = [user_key("slack", f"user-{i}") for i in range(40)]
+    conversation = conversation_key("slack", "general")
+    sessions = [session_key("slack", "general", f"user-{i}") for i in range(5)]
+    keys = users + [conversation] + sessions
+    slots = {slot_of(cluster, key) for key in keys}
+    nodes = {cluster.client.get_node_from_key(cluster.layout.redis_key(key)).name for key in keys}
+    assert len(nodes) == 3 and len(slots) == 41  # 40 users + one group for the conversation
+    changes = {key: StoreItem({"key": key}, "*") for key in keys}
+    await cluster.write(changes)  # warm: every node has a connection and the script
+    before, round_trips.count = await command_calls(cluster, "evalsha"), 0
+    etags = await cluster.write(changes)
+    assert round_trips.count == len(nodes)
+    assert sum(delta(before, await command_calls(cluster, "evalsha")).values()) == len(slots)
+    round_trips.count = 0
+    stored = await cluster.read(keys)
+    assert round_trips.count == len(nodes)
+    assert {key: (item.value["key"], item.etag) for key, item in stored.items()} == {
+        key: (key, etags[key]) for key in keys
+    }
+
+
+async def test_cluster_writes_each_key_on_its_own(cluster):
+    assert cluster.atomic_batches is False
+    stale = (await cluster.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
+    await cluster.write({"c/users/a": StoreItem({"v": 2}, stale)})
+    conversation, session = "c/conversations/k", "c/conversations/k/users/a"
+    with pytest.raises(ConflictError) as info:
+        await cluster.write({
+            "c/users/a": StoreItem({"v": 3}, stale),
+            conversation: StoreItem({"v": 3}),
+            session: StoreItem({"v": 3}),
+        })
+    assert info.value.keys == ["c/users/a"] and set(info.value.written) == {conversation, session}
+
+
+# --- atomicity ------------------------------------------------------------------------------
+
+
+async def test_standalone_batch_is_all_or_nothing(standalone):
+    assert standalone.atomic_batches is True
+    etag = (await standalone.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
+    await standalone.write({"c/users/a": StoreItem({"v": 2}, etag)})
+    with pytest.raises(ConflictError) as info:
+        await standalone.write({"c/users/a": StoreItem({"v": 3}, etag), "c/users/b": StoreItem({})})
+    assert info.value.keys == ["c/users/a"] and info.value.written == {}
+    assert list(await standalone.read(["c/users/a", "c/users/b"])) == ["c/users/a"]
+
+
+async def test_refused_script_leaves_every_document_whole(private_server):
+    """An out-of-memory server refuses the whole script before it writes anything."""
+    storage = RedisStorage.from_url(private_server.url)
+    keys = {f"c/users/u{i}": StoreItem({"n": 1, "pad": "x" * 1000}) for i in range(20)}
+    etags = await storage.write(keys)
+    await storage.client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(StorageUnavailableError) as info:
+            await storage.write(
+                {key: StoreItem({"n": 2, "pad": "y" * 1000}, etags[key]) for key in keys}
+            )
+        assert "maxmemory" in str(info.value)
+    finally:
+        await storage.client.config_set("maxmemory", 0)
+    stored = await storage.read(list(keys))
+    assert {key: (item.value["n"], item.etag) for key, item in stored.items()} == {
+        key: (1, etags[key]) for key in keys
+    }
+    await storage.close()
+
+
+async def test_foreign_values_are_never_taken_for_documents(standalone):
+    """A value agent-state did not write is an unknown format; only `"*"` replaces it."""
+    text_key, hash_key = "c/users/text", "c/users/hash"
+    await standalone.client.set(standalone.layout.redis_key(text_key), b"someone else's text")
+    await standalone.client.hset(standalone.layout.redis_key(hash_key), "f", "v")
+    with pytest.raises(FormatError):
+        await standalone.read([text_key])
+    for key in (text_key, hash_key):
+        with pytest.raises(ConflictError):
+            await standalone.write({key: StoreItem({"v": 1}, None)})
+        with pytest.raises(ConflictError):
+            await standalone.delete([key], if_match={key: "1"})
+        etag = (await standalone.write({key: StoreItem({"v": 1}, "*")}))[key]
+        assert (await standalone.read([key]))[key] == StoreItem({"v": 1}, etag)
+
+
+async def test_scripts_are_loaded_again_after_a_script_flush(standalone):
+    await standalone.write({"c/users/a": StoreItem({"v": 1})})
+    await standalone.client.script_flush()
+    await standalone.write({"c/users/a": StoreItem({"v": 2}, "*")})
+    await standalone.client.script_flush()
+    await standalone.delete(["c/users/a"])
+    assert await standalone.read(["c/users/a"]) == {}
+
+
+# --- versions, TTL, layout ------------------------------------------------------------------
+
+
+async def test_versions_grow_and_are_never_reused(either):
+    storage = either
+    seen = [int((await storage.write({"c/users/v": StoreItem({"i": 0}, None)}))["c/users/v"])]
+    for i in range(1, 20):
+        etag = (await storage.write({"c/users/v": StoreItem({"i": i}, str(seen[-1]))}))["c/users/v"]
+        seen.append(int(etag))
+    await storage.delete(["c/users/v"])
+    seen.append(int((await storage.write({"c/users/v": StoreItem({}, None)}))["c/users/v"]))
+    await storage.write({"c/users/v": StoreItem({}, "*")}, ttl=0.05)
+    await asyncio.sleep(0.1)
+    assert await storage.read(["c/users/v"]) == {}
+    seen.append(int((await storage.write({"c/users/v": StoreItem({}, None)}))["c/users/v"]))
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+
+
+async def test_a_new_client_continues_the_versions(standalone):
+    first = (await standalone.write({"c/users/r": StoreItem({"i": 1})}))["c/users/r"]
+    other = RedisStorage.from_url(os.environ[STANDALONE_URL], namespace=standalone.layout.namespace)
+    second = (await other.write({"c/users/r": StoreItem({"i": 2}, first)}))["c/users/r"]
+    await other.close()
+    assert int(second) > int(first)
+
+
+async def test_ttl_is_kept_by_the_server_and_cleared_by_a_write_without_ttl(standalone):
+    redis_key = standalone.layout.redis_key("c/users/t")
+    await standalone.write({"c/users/t": StoreItem({"v": 1})}, ttl=30)
+    assert 29_000 < await standalone.client.pttl(redis_key) <= 30_000
+    await standalone.write({"c/users/t": StoreItem({"v": 2}, "*")})
+    assert await standalone.client.pttl(redis_key) == -1
+
+
+async def test_documented_layout(standalone):
+    session = "teams/conversations/c1/users/ada"
+    etag = (await standalone.write({session: StoreItem({"a": 1})}))[session]
+    redis_key = f"{standalone.layout.namespace}:{{teams/conversations/c1}}/users/ada"
+    assert standalone.layout.redis_key(session) == redis_key
+    version, envelope = split_stored(await standalone.client.get(redis_key))
+    assert version == etag and orjson.loads(envelope)["data"] == {"a": 1}
+    assert (await standalone.client.get(redis_key)).startswith(f"{etag} {{".encode())
+
+
+async def test_namespaces_are_isolated(standalone):
+    url = os.environ[STANDALONE_URL]
+    base = standalone.layout.namespace
+    nested = RedisStorage.from_url(url, namespace=f"{base}:inner")
+    bare = RedisStorage.from_url(url)
+    try:
+        await standalone.write({"c/users/a": StoreItem({"who": "outer"})})
+        await nested.write({"c/users/a": StoreItem({"who": "inner"}), "c/users/b": StoreItem({})})
+        assert (await standalone.read(["c/users/a"]))["c/users/a"].value == {"who": "outer"}
+        assert [key async for key in standalone.list()] == ["c/users/a"]
+        assert sorted([key async for key in nested.list("c/")]) == ["c/users/a", "c/users/b"]
+        assert not [key async for key in bare.list() if key.startswith(("c/", base))]
+    finally:
+        await remove_namespace(nested)
+        await nested.close()
+        await bare.close()
+
+
+async def test_list_spans_every_cluster_node(cluster):
+    keys = [user_key("web", f"user-{i}") for i in range(60)]
+    keys += [session_key("web", "room", f"user-{i}") for i in range(3)]
+    await cluster.write({key: StoreItem({}) for key in keys})
+    nodes = {cluster.client.get_node_from_key(cluster.layout.redis_key(key)).name for key in keys}
+    assert len(nodes) == 3
+    assert sorted([key async for key in cluster.list()]) == sorted(keys)
+    assert sorted([key async for key in cluster.list("web/users/")]) == sorted(keys[:60])
+    room = [key async for key in cluster.list("web/conversations/room/users/user-1")]
+    assert room == ["web/conversations/room/users/user-1"]
+
+
+@pytest.mark.parametrize("namespace", [None, "bot", "a:b", "*?[x]\\"])
+def test_layout_round_trips_hostile_keys_and_keeps_turn_groups(namespace):
+    layout = KeyLayout(namespace)
+    keys = ["c/users/u", "a{b}/conversations/}x", "a{b}/conversations/}x/users/{", "w\\(/x)",
+            "conversations/conversations/c/users/u", "app/n"]
+    for key in keys:
+        assert layout.storage_key(layout.redis_key(key)) == key
+        assert layout.storage_key(layout.redis_key(key).encode()) == key
+    conversation, session = layout.redis_key(keys[1]), layout.redis_key(keys[2])
+    assert key_slot(conversation.encode()) == key_slot(session.encode())
+    assert layout.storage_key("other:{c/users/u}") is None
+    assert layout.storage_key(layout.prefix + "{c/users/u") is None
+
+
+# --- outages --------------------------------------------------------------------------------
+
+
+@dataclass
+class PrivateServer:
+    """A redis-server subprocess of this test, stopped and restarted by its PID.
+
+    As a cluster it is one master owning every slot; its nodes.conf survives a restart.
+    """
+
+    port: int
+    directory: Path
+    cluster_port: int | None = None
+    process: subprocess.Popen | None = None
+
+    @property
+    def cluster(self) -> bool:
+        return self.cluster_port is not None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0" + ("?cluster=true" if self.cluster else "")
+
+    def start(self) -> None:
+        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
+                   "--appendonly", "no", "--dir", str(self.directory)]
+        if self.cluster:
+            # an explicit bus port: the default, port + 10000, may be above 65535
+            command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                        "--cluster-port", str(self.cluster_port)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        with SyncRedis(port=self.port, socket_timeout=1) as raw:
+            self._wait(lambda: raw.ping())
+            if self.cluster:
+                if b"cluster_slots_assigned:0" in raw.execute_command("CLUSTER", "INFO"):
+                    raw.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+                self._wait(lambda: b"cluster_state:ok" in raw.execute_command("CLUSTER", "INFO"))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def _wait(self, ready: Callable[[], object]) -> None:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if ready():
+                    return
+            except RedisError:
+                pass
+            assert self.process.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not get ready"
+            time.sleep(0.02)  # polling a server process that is starting
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_private_server(directory: Path, *, cluster: bool) -> PrivateServer:
+    if shutil.which("redis-server") is None:
+        server_missing("the redis-server binary")
+    server = PrivateServer(free_port(), directory, free_port() if cluster else None)
+    server.start()
+    return server
+
+
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[PrivateServer]:
+    server = start_private_server(tmp_path, cluster=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_cluster(tmp_path: Path) -> Iterator[PrivateServer]:
+    server = start_private_server(tmp_path, cluster=True)
+    yield server
+    server.stop()
+
+
+async def test_stopped_server_fails_fast_and_the_same_storage_recovers(private_server):
+    storage = RedisStorage.from_url(private_server.url, timeout=2)
+    await storage.write({"c/users/a": StoreItem({"v": 1})})
+    private_server.stop()
+    for attempt in (storage.read(["c/users/a"]), storage.write({"c/users/a": StoreItem({})})):
+        start = time.monotonic()
+        with pytest.raises(StorageUnavailableError) as info:
+            await attempt
+        assert time.monotonic() - start < 10
+        assert info.value.__cause__ is not None
+    with pytest.raises(StorageUnavailableError):
+        [key async for key in storage.list()]
+    private_server.start()  # same port, empty (no persistence)
+    etag = (await storage.write({"c/users/a": StoreItem({"v": 2}, None)}))["c/users/a"]
+    assert (await storage.read(["c/users/a"]))["c/users/a"] == StoreItem({"v": 2}, etag)
+    await storage.close()
+
+
+async def test_unresponsive_server_times_out_and_the_same_storage_recovers(private_server):
+    storage = RedisStorage.from_url(f"{private_server.url}?timeout=0.5")
+    await storage.write({"c/users/a": StoreItem({"v": 1})})
+    private_server.process.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(StorageUnavailableError):
+            await storage.read(["c/users/a"])
+        assert time.monotonic() - start < 5
+    finally:
+        private_server.process.send_signal(signal.SIGCONT)
+    assert (await storage.read(["c/users/a"]))["c/users/a"].value == {"v": 1}
+    await storage.close()
+
+
+async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(private_cluster):
+    storage = RedisStorage.from_url(private_cluster.url, timeout=2)
+    etag = (await storage.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
+    private_cluster.stop()
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailableError):
+        await storage.write({"c/users/a": StoreItem({"v": 2}, etag)})
+    assert time.monotonic() - start < 10
+    private_cluster.start()  # same port and nodes.conf: it owns every slot again, empty
+    etag = (await storage.write({"c/users/a": StoreItem({"v": 3}, None)}))["c/users/a"]
+    assert (await storage.read(["c/users/a"]))["c/users/a"] == StoreItem({"v": 3}, etag)
+    assert [key async for key in storage.list()] == ["c/users/a"]
+    await storage.close()
+
+
+async def test_unreachable_cluster_is_unavailable_quickly():
+    storage = RedisStorage.from_url("redis://127.0.0.1:1/0?cluster=true&timeout=1")
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailableError):
+        await storage.read(["c/users/a"])
+    assert time.monotonic() - start < 10
+    await storage.close()
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+async def test_open_storage_parses_redis_urls():
+    storage = open_storage("redis://user:pw@127.0.0.1:6390/3?namespace=bot:1&timeout=2.5")
+    assert isinstance(storage, RedisStorage) and isinstance(storage.client, Redis)
+    assert storage.layout.namespace == "bot:1" and storage.atomic_batches
+    kwargs = storage.client.connection_pool.connection_kwargs
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (3, "user", "pw")
+    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == 2.5
+    await storage.close()
+
+    storage = open_storage("redis://127.0.0.1:7000/0?cluster=true", namespace="n")
+    assert isinstance(storage.client, RedisCluster) and storage.cluster
+    assert storage.layout.namespace == "n" and not storage.atomic_batches
+    await storage.close()
+
+
+async def test_rediss_urls_configure_tls():
+    storage = open_storage("rediss://example.invalid:6380/0?ssl_cert_reqs=none", timeout=1)
+    pool = storage.client.connection_pool
+    assert pool.connection_class is SSLConnection
+    assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
+    assert storage.layout.namespace is None
+    await storage.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://h/0?cluster=maybe", "redis://h/0?timeout=-1", "redis://h/0?timeout=x",
+     "redis://h/0?namespace={x}", "redis://h/0?namespace=", "http://h/0"],
+)
+def test_bad_redis_options_are_refused(url):
+    with pytest.raises(StorageConfigError):
+        RedisStorage.from_url(url)
+
+
+async def test_a_given_client_is_left_open(standalone):
+    client = Redis.from_url(os.environ[STANDALONE_URL])
+    storage = RedisStorage(client, namespace=standalone.layout.namespace)
+    await storage.write({"c/users/a": StoreItem({})})
+    await storage.close()
+    assert await client.ping()
+    await client.aclose()
