@@ -1,0 +1,64 @@
+"""Conformance: every enabled record of the public json-patch-tests suite, in both apply modes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonpatch_support import json_equal, snapshot
+
+from state.protocol import PatchConflictError, PatchFormatError, apply_patch
+
+SUITE = Path(__file__).resolve().parents[2].parent / "shared" / "json-patch-tests"
+if not SUITE.is_dir():
+    pytest.skip(f"json-patch-tests suite not found at {SUITE}", allow_module_level=True)
+
+
+def _records() -> list[Any]:
+    """One pytest param per record, named after its file, position and comment."""
+    params = []
+    for name in ("tests.json", "spec_tests.json"):
+        for number, record in enumerate(json.loads((SUITE / name).read_text())):
+            comment = re.sub(r"\W+", "-", record.get("comment", "")).strip("-").lower()[:50]
+            disabled = [pytest.mark.skip(reason="disabled in the suite")]
+            params.append(
+                pytest.param(
+                    record,
+                    id=f"{name.removesuffix('.json')}-{number}-{comment or 'no-comment'}",
+                    marks=disabled if record.get("disabled") else [],
+                )
+            )
+    return params
+
+
+RECORDS = _records()
+
+
+def test_suite_is_loaded() -> None:
+    """Both files are read and most records are enabled, so a broken loader can't pass silently."""
+    enabled = [p for p in RECORDS if not p.marks]
+    assert len(RECORDS) > 100
+    assert len(enabled) >= len(RECORDS) - 5
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["copy", "in-place"])
+@pytest.mark.parametrize("record", RECORDS)
+def test_record(record: dict[str, Any], in_place: bool) -> None:
+    doc = copy.deepcopy(record["doc"])
+    before = snapshot(doc)
+    patch_before = copy.deepcopy(record["patch"])
+    if "error" in record:
+        with pytest.raises((PatchFormatError, PatchConflictError)):
+            apply_patch(doc, record["patch"], in_place=in_place)
+        assert snapshot(doc) == before, "a failed patch must leave the document exactly as it was"
+    else:
+        result = apply_patch(doc, record["patch"], in_place=in_place)
+        if "expected" in record:
+            assert json_equal(result, record["expected"])
+        if not in_place:
+            assert snapshot(doc) == before, "copy mode must not touch the input"
+    assert snapshot(record["patch"]) == snapshot(patch_before), "the patch must not be mutated"
