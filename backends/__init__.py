@@ -1,6 +1,6 @@
 """Storage backends: one contract (`Storage`), one error set, one stored envelope."""
 
-from .base import ANY, Storage, StoreItem
+from .base import ANY, SharedItem, Storage, StoreItem
 from .errors import (
     ConflictError,
     FormatError,
@@ -23,6 +23,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidValueError",
     "MemoryStorage",
+    "SharedItem",
     "StateTooLargeError",
     "Storage",
     "StorageConfigError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +32,29 @@ class StoreItem:
 
     value: dict[str, Any]
     etag: str | None = None
+
+
+@dataclass(slots=True)
+class SharedItem(StoreItem):
+    """What `read_shared` returns: a value that may be shared, and its serialized `data`.
+
+    `data` is the stored document's JSON bytes where the backend holds them at no cost, else
+    None. For documents written by this library it equals `orjson.dumps(value)`; callers that
+    use it as a change baseline get at worst a redundant write if a backend's bytes differ.
+    """
+
+    data: bytes | None = None
+
+
+@dataclass(slots=True)
+class EncodedItem(StoreItem):
+    """A change whose value the framework already serialized: `data` is `orjson.dumps(value)`.
+
+    Internal to agent-state (buckets build it): `write` stores `data` as it is, after the size
+    check, instead of serializing `value` again, so the two must agree.
+    """
+
+    data: bytes = field(kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +79,17 @@ class Storage(ABC):
 
     async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         """Read a batch of keys; missing keys are absent from the result."""
-        checked = check_keys(keys)
-        self._check_open()
-        return await self._read(list(dict.fromkeys(checked))) if checked else {}
+        batch = self._batch(keys)
+        return await self._read(batch) if batch else {}
+
+    async def read_shared(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        """`read` for trusted framework callers, which may skip copying the documents.
+
+        Values may be shared with the store and with other callers: treat them as immutable.
+        Backends that keep decoded documents return `SharedItem`s; this default returns
+        `read`'s fresh copies, which are trivially shareable.
+        """
+        return await self.read(keys)
 
     async def write(
         self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
@@ -114,15 +145,30 @@ class Storage(ABC):
         await self.close()
 
     def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
+        return PreparedWrite(key, self._encode(key, item), item.etag)
+
+    def _encode(self, key: str, item: StoreItem) -> bytes:
+        """Validate one change and give its serialized value, within the size guard."""
         check_key(key)
         if not isinstance(item, StoreItem):
             raise InvalidValueError(f"change for key {key!r} must be a StoreItem")
         if item.etag is not None and (not isinstance(item.etag, str) or not item.etag):
             raise InvalidValueError(f"etag for key {key!r} must be a non-empty str, '*' or None")
-        data = dump_data(key, item.value)
+        if isinstance(item, EncodedItem):
+            if not isinstance(item.value, dict) or not isinstance(item.data, bytes):
+                raise InvalidValueError(f"encoded change for key {key!r} needs a dict and bytes")
+            data = item.data
+        else:
+            data = dump_data(key, item.value)
         if len(data) > self.max_document_bytes:
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
-        return PreparedWrite(key, data, item.etag)
+        return data
+
+    def _batch(self, keys: Iterable[str]) -> list[str]:
+        """The keys of a read, validated and without duplicates, on an open storage."""
+        checked = check_keys(keys)
+        self._check_open()
+        return list(dict.fromkeys(checked))
 
     def _check_open(self) -> None:
         if self._closed:

@@ -7,6 +7,7 @@ the store has no native version (files, memory).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -39,18 +40,27 @@ def dump_data(key: str, value: object) -> bytes:
 
 
 def wrap(
-    key: str, data: bytes, etag: str | None = None, *, expires_at: float | None = None
+    key: str,
+    data: bytes,
+    etag: str | None = None,
+    *,
+    expires_at: float | None = None,
+    updated_at: float | None = None,
 ) -> bytes:
     """Build envelope bytes around already-serialized data, without re-encoding it.
 
-    `expires_at` (Unix time) goes into `meta` for stores that keep TTL inside the document.
+    `expires_at` (Unix time) goes into `meta` for stores that keep TTL inside the document;
+    `updated_at` (Unix time, default now) is when the document was written.
     """
-    fields: dict[str, object] = {"updated_at": datetime.now(timezone.utc).isoformat()}
+    written = time.time() if updated_at is None else updated_at
+    # orjson writes the datetime as isoformat() would, only faster
+    fields: dict[str, object] = {"updated_at": datetime.fromtimestamp(written, timezone.utc)}
     if expires_at is not None:
         fields["expires_at"] = expires_at
     meta = orjson.dumps(fields)
     etag_part = b',"etag":' + orjson.dumps(etag) if etag is not None else b""
-    return _HEAD + orjson.dumps(key) + etag_part + b',"meta":' + meta + b',"data":' + data + b"}"
+    parts = (_HEAD, orjson.dumps(key), etag_part, b',"meta":', meta, b',"data":', data, b"}")
+    return b"".join(parts)
 
 
 def unwrap(key: str, raw: bytes | str) -> Envelope:

@@ -19,13 +19,14 @@ def check_key(key: object) -> str:
         raise InvalidKeyError("storage key is empty")
     if "\x00" in key:
         raise InvalidKeyError(f"storage key {key[:80]!r} contains NUL")
-    for segment in key.split("/"):
-        if segment in ("", ".", ".."):
-            raise InvalidKeyError(f"storage key {key[:80]!r} has an empty, '.' or '..' segment")
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidKeyError(f"storage key {key[:80]!r} is not valid Unicode") from exc
+    wrapped = f"/{key}/"  # so every segment, the first and last too, sits between slashes
+    if "//" in wrapped or "/./" in wrapped or "/../" in wrapped:
+        raise InvalidKeyError(f"storage key {key[:80]!r} has an empty, '.' or '..' segment")
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidKeyError(f"storage key {key[:80]!r} is not valid Unicode") from exc
     return key
 
 

@@ -82,7 +82,7 @@ Setup = Callable[["Scenario"], Awaitable[tuple[Turn, "Counts | None"]]]
 # --- agent-state ----------------------------------------------------------------------------
 
 class CountingStorage(MemoryStorage):
-    """Our MemoryStorage, counting batched read and write calls."""
+    """Our MemoryStorage, counting batched read (`read`, `read_shared`) and write calls."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,6 +91,10 @@ class CountingStorage(MemoryStorage):
     async def read(self, keys):
         self.counts.reads += 1
         return await super().read(keys)
+
+    async def read_shared(self, keys):  # the framework's read: it never edits what it loads
+        self.counts.reads += 1
+        return await super().read_shared(keys)
 
     async def write(self, changes, *, ttl=None):
         self.counts.writes += 1

@@ -21,7 +21,7 @@ from .bucket import AgentState
 from .context import TurnContext
 from .ids import TurnIds
 from .routing import Handler, Route, Selector, first_match, text_selector, type_selector
-from .turn_state import TurnState
+from .turn_state import Scopes, TurnState
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
 """`async def hook(ctx, state)`; returning `False` stops the hooks after it."""
@@ -56,6 +56,7 @@ class AgentApplication:
         self.app_name = app_name
         self.namespace = namespace
         self.custom_scopes = tuple(custom_scopes)
+        self._scopes = Scopes(self.custom_scopes)
         self._routes: list[Route] = []
         self._before: list[Hook] = []
         self._after: list[Hook] = []
@@ -105,7 +106,7 @@ class AgentApplication:
             app_name=self.app_name,
             namespace=self.namespace,
         )
-        state = TurnState(ids, self.custom_scopes)
+        state = TurnState(ids, self._scopes)
         await state.load(self.storage)
         ctx = TurnContext(activity, state)
         try:
@@ -119,12 +120,13 @@ class AgentApplication:
         return ctx.replies
 
     async def _run(self, ctx: TurnContext, state: TurnState) -> None:
-        if not await _run_hooks(self._before, ctx, state):
+        if self._before and not await _run_hooks(self._before, ctx, state):
             return
         handler = await first_match(self._routes, ctx)
         if handler is not None:
             await handler(ctx, state)
-        await _run_hooks(self._after, ctx, state)
+        if self._after:
+            await _run_hooks(self._after, ctx, state)
 
     def _route(self, selector: Selector) -> Callable[[_H], _H]:
         def register(handler: _H) -> _H:

@@ -1,9 +1,16 @@
 """`AgentState`: one scope's document for one turn, dict-like, tracking what changed since load.
 
-Change tracking is lazy: a bucket keeps the stored document untouched until first accessed,
-then keeps the orjson bytes of what it started from. An untouched bucket costs nothing at save;
-a touched one costs one serialization and a bytes comparison. The RFC 6902 patch against the
-start is only computed when asked for (`changes()`) or when rebasing after a conflict.
+Copy on access: the loaded document may be shared with the storage (`read_shared`) and is
+never mutated. The bucket's root is a shallow copy of it, and a member that is a dict or list
+is deep-copied the first time it is handed out or edited through, so a turn only copies what
+it touches. (A typed bucket copies the whole document before validating it.)
+
+Change tracking is lazy: the baseline, the orjson bytes of what the bucket started from, is
+recorded just before the first edit or hand-out of a container. It is the stored data when
+the storage gives it (`SharedItem.data`), else one serialization. An untouched bucket costs
+nothing at save; a touched one one serialization and a bytes comparison, and those bytes are
+what gets written. The RFC 6902 patch against the start is only computed when asked for
+(`changes()`) or when rebasing after a conflict.
 """
 
 from __future__ import annotations
@@ -15,15 +22,16 @@ from typing import Any, ClassVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from backends.base import Storage, StoreItem
+from backends.base import EncodedItem, SharedItem, Storage, StoreItem
 from backends.errors import ConflictError
 
 from . import typed
 from .errors import ScopeError, StateConflictError, StateError, StateValueError
 from .ids import TurnIds
-from .paths import MISSING, check_json, child, drop, members, put, rebase_patch
+from .paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
 
 _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_CONTAINERS = (dict, list)
 
 
 class _Slotted(ABCMeta):
@@ -49,7 +57,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
 
-    __slots__ = ("_key", "_etag", "_raw", "_value", "_base", "_pending")
+    __slots__ = ("_key", "_etag", "_source", "_stored", "_value", "_base", "_pending")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -70,7 +78,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     @classmethod
     def key_for(cls, ids: TurnIds) -> str:
-        """The storage key of this scope for `ids`; `MissingIdError` names any missing id."""
+        """The storage key of this scope for `ids`; `MissingIdError` names any missing id.
+
+        It must depend on `ids` alone: applications cache the keys of recently seen ids.
+        """
         raise ScopeError(f"scope {getattr(cls, 'scope', cls.__name__)!r} has no storage key")
 
     @classmethod
@@ -103,11 +114,15 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     @property
     def data(self) -> Any:
         """The live document: the model instance of a typed bucket, else a dict of JSON values."""
-        return self._root()
+        root = self._touch()
+        if self._source is not None:
+            for name in list(root):
+                self._member(name)
+        return root
 
     @data.setter
     def data(self, value: Any) -> None:
-        self._root()
+        self._touch()
         if self.model is not None:
             if not isinstance(value, self.model):
                 raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
@@ -115,22 +130,22 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             check_json(value)
         else:
             raise StateValueError(f"{type(self).__name__}.data must be a dict")
-        self._value = value
+        self._value, self._source = value, None
 
     def __getitem__(self, key: str) -> Any:
-        value = child(self._root(), key)
+        value = self._member(key)
         if value is MISSING:
             raise KeyError(key)
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of `key`, or `default` when absent (falsy stored values are returned)."""
-        value = child(self._root(), key)
+        value = self._member(key)
         return default if value is MISSING else value
 
     def __setitem__(self, key: str, value: Any) -> None:
         try:
-            put(self._root(), key, value)
+            put(self._touch(), key, value)
         except ValidationError as exc:
             raise typed.validation_error(self._key, exc) from exc
 
@@ -139,12 +154,12 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self[key] = value
 
     def __delitem__(self, key: str) -> None:
-        if not drop(self._root(), key):
+        if not drop(self._touch(), key):
             raise KeyError(key)
 
     def delete(self, key: str) -> None:
         """Remove `key` if present (no error when it is absent)."""
-        drop(self._root(), key)
+        drop(self._touch(), key)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and child(self._root(), key) is not MISSING
@@ -157,7 +172,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def clear(self) -> None:
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
-        root = self._root()
+        root = self._touch()
         if isinstance(root, BaseModel):
             self._value = typed.decode(type(self), self._key, None)
         else:
@@ -182,19 +197,24 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def document(self) -> dict[str, Any]:
         """A fresh copy of the document as it would be stored now."""
         self._root()
-        return orjson.loads(self._dump(self._document()))
+        return self._copy(self._document())
 
     def load(self, item: StoreItem | None) -> None:
-        """Start over from a stored version (None: not stored yet), dropping unsaved edits."""
-        self._raw = item.value if item is not None else None
+        """Start over from a stored version (None: not stored yet), dropping unsaved edits.
+
+        The item's value is never mutated, so it may be shared (as `read_shared` gives it).
+        """
+        self._source = item.value if item is not None else None
+        self._stored = item.data if isinstance(item, SharedItem) else None
         self._etag = item.etag if item is not None else None
         self._value = self._base = self._pending = None
 
     def pending_write(self) -> StoreItem | None:
         """The write this bucket needs (document and precondition), or None when unchanged.
 
-        Raises `StateValueError` / `StateValidationError` for a document that cannot be
-        stored, before anything is written.
+        Its value is the live document, which may share unchanged members with the storage:
+        hand it to `Storage.write`, never edit it. Raises `StateValueError` /
+        `StateValidationError` for a document that cannot be stored, before anything is written.
         """
         if self._base is None:
             return None
@@ -205,7 +225,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         if self.model is not None:
             typed.check(type(self), self._key, document)
         self._pending = dumped
-        return StoreItem(document, self._etag)
+        return EncodedItem(document, self._etag, data=dumped)
 
     def mark_saved(self, etag: str) -> None:
         """Record that the last `pending_write()` was stored as version `etag`."""
@@ -226,7 +246,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return
         base = orjson.loads(self._base)
         fresh = type(self)(self._key, newer)
-        theirs = fresh._document_of(fresh._root())
+        fresh._touch()
+        theirs = fresh._document()
         patch, clashes = rebase_patch(
             base, make_patch(base, self._document()), make_patch(base, theirs)
         )
@@ -238,26 +259,71 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             raise StateConflictError(
                 [self._key or ""], scopes=[self.scope], message=f"cannot rebase: {exc}"
             ) from exc
-        self._value = merged if self.model is None else typed.decode(type(self), self._key, merged)
-        self._raw, self._etag, self._base, self._pending = None, fresh._etag, fresh._base, None
+        # `merged` shares members with `newer`'s value; a full copy keeps that one untouched.
+        if self.model is None:
+            self._value = self._copy(merged)
+        else:
+            self._value = typed.decode(type(self), self._key, merged)
+        self._source = self._stored = self._pending = None
+        self._etag, self._base = fresh._etag, fresh._base
+
+    def _get_in(self, parts: tuple[str, ...]) -> Any:
+        """The value at a path of `TurnState`, or `MISSING`; its first member is made our own."""
+        value = self._member(parts[0])
+        return value if len(parts) == 1 else get_in(self._root(), parts)
+
+    def _edit_root(self, parts: tuple[str, ...]) -> Any:
+        """The live root for a path edit of `TurnState`: touched, and the path's first member
+        made our own when the edit goes inside it."""
+        root = self._touch()
+        if len(parts) > 1:
+            self._member(parts[0])
+        return root
+
+    def _member(self, name: str) -> Any:
+        """The root's member `name` (or `MISSING`); a container is first made the bucket's own."""
+        root = self._root()
+        value = child(root, name)
+        if isinstance(value, _CONTAINERS):
+            self._touch()
+            source = self._source
+            if source is not None and value is source.get(name, MISSING):
+                value = root[name] = self._copy(value)
+        return value
+
+    def _touch(self) -> Any:
+        """The live root, about to be edited or to hand out a container: records the baseline."""
+        root = self._root()
+        if self._base is None:
+            self._base = self._stored if self._stored is not None else self._dump(root)
+        return root
 
     def _root(self) -> Any:
-        """The live document, decoded on first access (which also records the starting bytes)."""
-        if self._base is None:
-            raw = self._raw
+        """The live document: a shallow copy of the loaded one, or a typed bucket's model.
+
+        A typed bucket validates a private copy and records its baseline right away, since its
+        model hands out nested values without the bucket seeing it.
+        """
+        if self._value is None:
+            source = self._source
             if self.model is None:
-                value: Any = raw if raw is not None else {}
+                self._value = dict(source) if source is not None else {}
             else:
-                value = typed.decode(type(self), self._key, raw)
-            self._base = self._dump(self._document_of(value))
-            self._value, self._raw = value, None
+                raw = None
+                if source is not None:
+                    stored = self._stored
+                    raw = orjson.loads(stored) if stored is not None else self._copy(source)
+                self._value = typed.decode(type(self), self._key, raw)
+                self._base = self._dump(self._document())
+                self._source = self._stored = None
         return self._value
 
     def _document(self) -> dict[str, Any]:
-        return self._document_of(self._value)
+        return self._value if self.model is None else typed.encode(type(self), self._value)
 
-    def _document_of(self, value: Any) -> dict[str, Any]:
-        return value if self.model is None else typed.encode(type(self), value)
+    def _copy(self, value: Any) -> Any:
+        """A deep copy of JSON `value` that shares nothing with it."""
+        return orjson.loads(self._dump(value))
 
     def _dump(self, document: dict[str, Any]) -> bytes:
         try:
@@ -267,9 +333,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
 
 async def load_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
-    """Load every bucket with one batched read (none when there is no bucket)."""
+    """Load every bucket with one batched read (none when there is no bucket).
+
+    The read is `read_shared`: buckets never mutate what they load, so nothing is copied
+    until a turn touches it.
+    """
     by_key = {bucket.key: bucket for bucket in buckets}
-    found = await storage.read(list(by_key)) if by_key else {}
+    found = await storage.read_shared(list(by_key)) if by_key else {}
     for key, bucket in by_key.items():
         bucket.load(found.get(key))  # type: ignore[arg-type]
 

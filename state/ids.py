@@ -19,8 +19,8 @@ class TurnIds:
 
     def require(self, scope: str, *names: str) -> tuple[str, ...]:
         """Return the named ids, or raise `MissingIdError` naming `scope` and every missing one."""
-        values = tuple(getattr(self, name) for name in names)
+        values = tuple([getattr(self, name) for name in names])
+        if all(values):
+            return values
         missing = [name for name, value in zip(names, values, strict=True) if not value]
-        if missing:
-            raise MissingIdError(scope, missing)
-        return values  # type: ignore[return-value]
+        raise MissingIdError(scope, missing)

@@ -15,11 +15,15 @@ from urllib.parse import quote, unquote
 from backends.errors import InvalidKeyError
 
 _SAFE = "-_.:@~"
+_PLAIN = re.compile(r"[A-Za-z0-9\-_.:@~]+")
+"""Safe characters only: such an id escapes to itself unless it is all dots."""
 _CANONICAL = re.compile(r"(?:[A-Za-z0-9\-_.:@~]|%[0-9A-F]{2})+")
 
 
 def escape_segment(value: str, *, what: str = "id") -> str:
     """Escape one outside id into a key segment; raises `InvalidKeyError` if it is empty."""
+    if type(value) is str and _PLAIN.fullmatch(value) and value.strip("."):
+        return value
     if not isinstance(value, str):
         raise InvalidKeyError(f"{what} must be a str, not {type(value).__name__}")
     if not value:

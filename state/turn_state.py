@@ -9,68 +9,73 @@ and `"user:profile.name"` works too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from backends.base import Storage
+from backends.base import Storage, StoreItem
 
 from . import typed
-from .bucket import AgentState, load_buckets, save_buckets
+from .bucket import AgentState, save_buckets
 from .errors import MissingIdError, ScopeError, StatePathError
 from .ids import TurnIds
-from .paths import MISSING, delete_in, get_in, set_in, split_path
+from .paths import MISSING, delete_in, set_in, split_path
 from .scopes import BUILTIN_SCOPES
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
+PLAN_CACHE_SIZE = 4096
+"""Distinct ids whose keys an application keeps (about 1 KB each)."""
 
 
 class TurnState:
     """The buckets of one turn: built-in scopes plus custom ones, one bucket object per key.
 
     A scope whose key needs an id the turn lacks (say, no conversation) is skipped by
-    `load` and `save`; touching it raises `MissingIdError`.
+    `load` and `save`; touching it raises `MissingIdError`. Bucket objects are made when
+    first used: a scope the turn never touches costs nothing beyond its share of the read.
     """
 
-    __slots__ = ("ids", "_buckets", "_missing")
+    __slots__ = ("ids", "_plan", "_buckets", "_found")
 
-    def __init__(self, ids: TurnIds, custom_scopes: Iterable[type[AgentState]] = ()) -> None:
+    def __init__(
+        self, ids: TurnIds, custom_scopes: Iterable[type[AgentState]] | Scopes = ()
+    ) -> None:
+        """`custom_scopes`: extra scope classes, or a `Scopes` built once for many turns."""
         self.ids = ids
+        scopes = custom_scopes if isinstance(custom_scopes, Scopes) else Scopes(custom_scopes)
+        self._plan = scopes.plan(ids)
         self._buckets: dict[str, AgentState] = {}
-        self._missing: dict[str, MissingIdError] = {}
-        owners: dict[str, str] = {}
-        for name, cls in _scope_classes(custom_scopes).items():
-            if not cls.persisted:
-                self._buckets[name] = cls()
-                continue
-            try:
-                key = cls.key_for(ids)
-            except MissingIdError as exc:
-                self._missing[name] = exc
-                continue
-            if key in owners:
-                raise ScopeError(f"scopes {owners[key]!r} and {name!r} have the same key {key!r}")
-            owners[key] = name
-            self._buckets[name] = cls(key)
+        self._found: dict[str, StoreItem] = {}
 
     async def load(self, storage: Storage) -> None:
         """Load every persisted bucket of the turn in one batched read."""
-        await load_buckets(storage, self._persisted())
+        keys = self._plan.keys
+        self._found = await storage.read_shared(keys) if keys else {}
+        for bucket in self._buckets.values():
+            if bucket.persisted:
+                bucket.load(self._found.get(bucket.key))  # type: ignore[arg-type]
 
     async def save(self, storage: Storage) -> None:
         """Write the changed buckets in one conditional write; nothing when none changed.
 
         Raises `StateConflictError` naming the scopes another writer changed meanwhile.
         """
-        await save_buckets(storage, self._persisted())
+        buckets = [bucket for bucket in self._buckets.values() if bucket.persisted]
+        await save_buckets(storage, buckets)
 
     def scope(self, name: str) -> AgentState:
         """The bucket of a scope; `MissingIdError` if the turn lacks an id its key needs."""
         bucket = self._buckets.get(name)
         if bucket is not None:
             return bucket
-        missing = self._missing.get(name)
+        planned = self._plan.scopes.get(name)
+        if planned is not None:
+            cls, key = planned
+            bucket = self._buckets[name] = cls(key, self._found.get(key))  # type: ignore[arg-type]
+            return bucket
+        missing = self._plan.missing.get(name)
         if missing is not None:
             raise MissingIdError(missing.scope, missing.missing)
         raise ScopeError(f"unknown scope {name!r}; known: {', '.join(self.scope_names)}")
@@ -78,7 +83,7 @@ class TurnState:
     @property
     def scope_names(self) -> list[str]:
         """Every scope of this turn, including those it lacks ids for."""
-        return sorted([*self._buckets, *self._missing])
+        return sorted([*self._plan.scopes, *self._plan.missing])
 
     @property
     def user(self) -> AgentState:
@@ -106,7 +111,7 @@ class TurnState:
         return self.scope("temp")
 
     def __getattr__(self, name: str) -> AgentState:
-        if name.startswith("_") or (name not in self._buckets and name not in self._missing):
+        if name.startswith("_") or not self._plan.has(name):
             raise AttributeError(f"{type(self).__name__} has no attribute or scope {name!r}")
         return self.scope(name)
 
@@ -129,29 +134,26 @@ class TurnState:
     def get(self, path: str, default: Any = None) -> Any:
         """The value at a path such as `"conversation.count"`, or `default` when absent."""
         bucket, parts = self._locate(path)
-        value = get_in(bucket.data, parts)
+        value = bucket._get_in(parts)
         return default if value is MISSING else value
 
     def set(self, path: str, value: Any) -> None:
         """Set the value at a path such as `"user.profile.name"`, creating missing dicts."""
         bucket, parts = self._locate(path)
         try:
-            set_in(bucket.data, parts, value)
+            set_in(bucket._edit_root(parts), parts, value)
         except ValidationError as exc:
             raise typed.validation_error(bucket.key, exc, parts[:-1]) from exc
 
     def delete(self, path: str) -> None:
         """Remove the value at a path, if present."""
         bucket, parts = self._locate(path)
-        delete_in(bucket.data, parts)
+        delete_in(bucket._edit_root(parts), parts)
 
     def has(self, path: str) -> bool:
         """Whether a value (falsy ones too) exists at a path."""
         bucket, parts = self._locate(path)
-        return get_in(bucket.data, parts) is not MISSING
-
-    def _persisted(self) -> list[AgentState]:
-        return [bucket for bucket in self._buckets.values() if bucket.persisted]
+        return bucket._get_in(parts) is not MISSING
 
     def _split_key(self, key: str) -> tuple[AgentState, str]:
         """`"user:name"` -> (user bucket, "name"); no prefix -> the session bucket."""
@@ -168,7 +170,7 @@ class TurnState:
         if colon and "." not in head:
             return self.scope(head), split_path(rest)
         first, _, rest = path.partition(".")
-        if first in self._buckets or first in self._missing:
+        if self._plan.has(first):
             if not rest:
                 raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
             return self.scope(first), split_path(rest)
@@ -176,6 +178,57 @@ class TurnState:
 
 
 _RESERVED = frozenset(name for name in dir(TurnState) if not name.startswith("_"))
+
+
+class Plan(NamedTuple):
+    """The buckets of a turn with given ids; shared by every such turn, so never mutated."""
+
+    scopes: dict[str, tuple[type[AgentState], str | None]]
+    """Each scope's bucket class and storage key (None for a scope that is never stored)."""
+    keys: tuple[str, ...]
+    """The keys to read, in scope order."""
+    missing: dict[str, MissingIdError]
+    """The scopes whose key needs an id these ids lack."""
+
+    def has(self, name: str) -> bool:
+        """Whether `name` is a scope of the turn (with or without the ids it needs)."""
+        return name in self.scopes or name in self.missing
+
+
+class Scopes:
+    """The scope classes of a turn, built-in plus custom ones, checked once, and their keys.
+
+    `AgentApplication` builds one and hands it to every `TurnState`, so turns skip the checks
+    and the keys of recently seen ids come from a bounded cache (`key_for` depends on ids only).
+    """
+
+    __slots__ = ("classes", "plan")
+
+    def __init__(self, custom_scopes: Iterable[type[AgentState]] = ()) -> None:
+        self.classes: tuple[tuple[str, type[AgentState]], ...] = tuple(
+            _scope_classes(custom_scopes).items()
+        )
+        self.plan: Callable[[TurnIds], Plan] = lru_cache(maxsize=PLAN_CACHE_SIZE)(self._plan)
+
+    def _plan(self, ids: TurnIds) -> Plan:
+        """The buckets of a turn with `ids`; `ScopeError` when two scopes share a key."""
+        scopes: dict[str, tuple[type[AgentState], str | None]] = {}
+        missing: dict[str, MissingIdError] = {}
+        owners: dict[str, str] = {}
+        for name, cls in self.classes:
+            if not cls.persisted:
+                scopes[name] = (cls, None)
+                continue
+            try:
+                key = cls.key_for(ids)
+            except MissingIdError as exc:
+                missing[name] = exc
+                continue
+            if key in owners:
+                raise ScopeError(f"scopes {owners[key]!r} and {name!r} have the same key {key!r}")
+            owners[key] = name
+            scopes[name] = (cls, key)
+        return Plan(scopes, tuple(owners), missing)
 
 
 def _scope_classes(custom_scopes: Iterable[type[AgentState]]) -> dict[str, type[AgentState]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -96,3 +98,20 @@ def test_bad_ids_are_refused_naming_what(bad):
 def test_foreign_or_non_canonical_keys_are_refused(key):
     with pytest.raises(InvalidKeyError):
         parse_key(key)
+
+
+@given(st.text(st.sampled_from("aZ09-_.:@~/%é \x00"), min_size=1, max_size=12))
+def test_escaping_is_percent_encoding_outside_the_safe_set(ident):
+    """Ids that need no escaping take a fast path; it must agree with the general one."""
+    expected = quote(ident, safe="-_.:@~")
+    assert escape_segment(ident) == (expected if expected.strip(".") else "%2E" * len(ident))
+
+
+@given(st.text(st.sampled_from("a./\x00é"), max_size=8))
+def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key):
+    segments = key.split("/")
+    if not key or "\x00" in key or any(s in ("", ".", "..") for s in segments):
+        with pytest.raises(InvalidKeyError):
+            check_key(key)
+    else:
+        assert check_key(key) == key

@@ -21,7 +21,7 @@ from state.turn_state import TurnState
 
 
 class CountingStorage(MemoryStorage):
-    """MemoryStorage that counts batched calls."""
+    """MemoryStorage that counts batched calls (`read` and `read_shared` are both reads)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,6 +30,10 @@ class CountingStorage(MemoryStorage):
     async def read(self, keys):
         self.reads += 1
         return await super().read(keys)
+
+    async def read_shared(self, keys):
+        self.reads += 1
+        return await super().read_shared(keys)
 
     async def write(self, changes, *, ttl=None):
         self.writes += 1

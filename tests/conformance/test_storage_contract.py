@@ -17,6 +17,7 @@ from backends import (
     StorageUnavailableError,
     StoreItem,
 )
+from backends.base import EncodedItem
 from state.keys import conversation_key, session_key, user_key
 from tests.conformance.harness import Harness
 
@@ -349,3 +350,59 @@ async def test_closed_storage_refuses_io(harness: Harness):
         await another.read(["k/a"])
     with pytest.raises(StorageUnavailableError):
         await another.write({"k/a": StoreItem({})})
+
+
+# --- read_shared and pre-encoded writes (for the framework's own buckets) ------------
+
+
+async def test_read_shared_gives_what_read_gives(storage):
+    await storage.write({"k/s1": StoreItem({"a": [1, {"b": None}]}), "k/s2": StoreItem({})})
+    shared = await storage.read_shared(["k/s1", "k/missing", "k/s2", "k/s1"])
+    fresh = await storage.read(["k/s1", "k/s2"])
+    assert {k: (v.value, v.etag) for k, v in shared.items()} == {
+        k: (v.value, v.etag) for k, v in fresh.items()
+    }
+    assert await storage.read_shared([]) == {}
+    data = getattr(shared["k/s1"], "data", None)
+    assert data is None or data == orjson.dumps(fresh["k/s1"].value)
+
+
+@pytest.mark.parametrize("key", ["", "a//b", "../up", "nul\x00"])
+async def test_read_shared_checks_keys_like_read(storage, key):
+    with pytest.raises(InvalidKeyError):
+        await storage.read_shared([key])
+    with pytest.raises(InvalidKeyError):
+        await storage.read_shared("k/a")
+
+
+async def test_read_shared_refuses_unknown_formats(harness: Harness):
+    raw = orjson.dumps({"v": 2, "key": "k/f", "meta": {}, "data": {}})
+    await harness.put_raw("k/f", raw)
+    with pytest.raises(FormatError):
+        await harness.storage.read_shared(["k/f"])
+    assert await harness.get_raw("k/f") == raw
+
+
+async def test_read_shared_values_are_never_changed_by_later_writes(storage):
+    await create(storage, "k/sh", {"list": [1], "obj": {"x": 1}})
+    before = (await storage.read_shared(["k/sh"]))["k/sh"]
+    snapshot = orjson.dumps(before.value)
+    added = [2]
+    await storage.write({"k/sh": StoreItem({**before.value, "added": added}, before.etag)})
+    added.append("changed by caller after write")
+    assert orjson.dumps(before.value) == snapshot
+    after = (await storage.read_shared(["k/sh"]))["k/sh"].value
+    expected = {"list": [1], "obj": {"x": 1}, "added": [2]}
+    assert after == expected and (await storage.read(["k/sh"]))["k/sh"].value == expected
+
+
+async def test_encoded_items_are_stored_like_plain_ones(storage):
+    value = {"n": 1, "list": [1, 2]}
+    await storage.write({"k/enc": EncodedItem(value, None, data=orjson.dumps(value))})
+    assert (await storage.read(["k/enc"]))["k/enc"].value == value
+    with pytest.raises(InvalidValueError):
+        await storage.write({"k/enc2": EncodedItem(value, None, data="not bytes")})  # type: ignore[arg-type]
+    huge = {"blob": "x" * (storage.max_document_bytes + 1)}
+    with pytest.raises(StateTooLargeError):
+        await storage.write({"k/enc3": EncodedItem(huge, None, data=orjson.dumps(huge))})
+    assert await storage.read(["k/enc2", "k/enc3"]) == {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from backends import StoreItem
@@ -23,7 +25,7 @@ from state.scopes import (
     TempState,
     UserState,
 )
-from state.turn_state import TurnState
+from state.turn_state import Scopes, TurnState
 
 IDS = TurnIds(
     channel_id="msteams", user_id="29:ada", conversation_id="19:c@thread.v2", app_name="bot"
@@ -363,3 +365,43 @@ def test_unknown_scope_and_attribute():
 
 def _item(value):
     return StoreItem(value, None)
+
+
+def test_an_application_checks_its_custom_scopes_when_built():
+    from backends import MemoryStorage
+    from state.app import AgentApplication
+
+    with pytest.raises(ScopeError):
+        AgentApplication(MemoryStorage(), custom_scopes=[dict])  # type: ignore[list-item]
+
+
+def test_scopes_compute_the_keys_of_the_same_ids_once():
+    calls = []
+
+    class Counted(AgentState):
+        scope = "counted"
+
+        @classmethod
+        def key_for(cls, ids: TurnIds) -> str:
+            calls.append(ids)
+            return f"{escape_segment(ids.channel_id)}/counted"
+
+    scopes = Scopes([Counted])
+    first, second = TurnState(IDS, scopes), TurnState(dataclasses.replace(IDS), scopes)
+    assert first.counted.key == second.counted.key == "msteams/counted"
+    assert first.counted is not second.counted and len(calls) == 1
+    TurnState(TurnIds(channel_id="other"), scopes)
+    assert len(calls) == 2
+
+
+async def test_buckets_used_before_or_after_the_load_are_both_loaded(storage):
+    await storage.write({USER: _item({"name": "Ada"}), CONVERSATION: _item({"n": 1})})
+    storage.writes.clear()
+    state = TurnState(IDS)
+    early = state.user
+    await state.load(storage)
+    assert early is state.user and early["name"] == "Ada"
+    assert state.conversation["n"] == 1 and state.session.etag is None
+    assert sorted(state.scope_names) == sorted(["user", "conversation", "session", "app", "temp"])
+    await state.save(storage)
+    assert storage.writes == []
