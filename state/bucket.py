@@ -29,6 +29,7 @@ from . import typed
 from .errors import ScopeError, StateConflictError, StateError, StateValueError
 from .ids import TurnIds
 from .paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
+from .protocol import PatchConflictError, apply_patch, make_patch
 
 _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _CONTAINERS = (dict, list)
@@ -190,8 +191,6 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
         if self._base is None:
             return []
-        from .protocol.jsonpatch import make_patch  # deferred: the protocol layer imports state
-
         return make_patch(orjson.loads(self._base), self._document())
 
     def document(self) -> dict[str, Any]:
@@ -239,8 +238,6 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         Raises `StateConflictError` naming the paths when the newer version changed what
         these changes touch (a list counts as one value), leaving the bucket as it was.
         """
-        from .protocol.jsonpatch import PatchConflictError, apply_patch, make_patch
-
         if self._base is None:
             self.load(newer)
             return

@@ -1,15 +1,9 @@
 """State protocol layer: an RFC 6902 JSON Patch engine under the AG-UI state events."""
 
-from .jsonpatch import (
-    PatchConflictError,
-    PatchFormatError,
-    ProtocolError,
-    apply_patch,
-    escape,
-    make_patch,
-    unescape,
-    validate_patch,
-)
+from .diff import make_patch
+from .errors import PatchConflictError, PatchFormatError, ProtocolError
+from .jsonpatch import apply_patch, validate_patch
+from .pointer import escape, unescape
 
 __all__ = [
     "PatchConflictError",

@@ -11,21 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .diff import make_patch
-from .errors import PatchConflictError, PatchFormatError, ProtocolError
-from .pointer import escape, parse_pointer, unescape
+from .errors import PatchConflictError, PatchFormatError
+from .pointer import parse_pointer
 from .values import clone, json_equal
 
-__all__ = [
-    "PatchConflictError",
-    "PatchFormatError",
-    "ProtocolError",
-    "apply_patch",
-    "escape",
-    "make_patch",
-    "unescape",
-    "validate_patch",
-]
+__all__ = ["apply_patch", "validate_patch"]
 
 Path = tuple[str, ...]
 _MISSING = object()
