@@ -146,7 +146,8 @@ class MemoryStorage(Storage):
         now = time.monotonic()
         with self._lock:
             keys = sorted(
-                key for key, entry in self._entries.items()
+                key
+                for key, entry in self._entries.items()
                 if key.startswith(prefix) and entry.alive(now)
             )
         for key in keys:

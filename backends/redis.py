@@ -194,8 +194,10 @@ class RedisStorage(Storage):
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:  # nothing ran for these: run them again with the source, which caches it
             loaded = await self._send(
-                [("EVAL", script.source, len(calls[i][0]), *calls[i][0], *calls[i][1])
-                 for i in missing],
+                [
+                    ("EVAL", script.source, len(calls[i][0]), *calls[i][0], *calls[i][1])
+                    for i in missing
+                ],
                 action,
             )
             for i, reply in zip(missing, loaded, strict=True):

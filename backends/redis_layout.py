@@ -46,7 +46,7 @@ class KeyLayout:
     def redis_key(self, key: str) -> str:
         """The Redis key holding `key`'s document."""
         group = slot_group(key)
-        return f"{self.prefix}{{{group.translate(_ESCAPE)}}}{key[len(group):].translate(_ESCAPE)}"
+        return f"{self.prefix}{{{group.translate(_ESCAPE)}}}{key[len(group) :].translate(_ESCAPE)}"
 
     def storage_key(self, redis_key: bytes | str) -> str | None:
         """Invert `redis_key`; None for a Redis key this layout cannot have made."""
@@ -54,7 +54,7 @@ class KeyLayout:
             text = redis_key.decode() if isinstance(redis_key, bytes) else redis_key
             if not text.startswith(self.prefix + "{"):
                 return None
-            group, brace, rest = text[len(self.prefix) + 1:].partition("}")
+            group, brace, rest = text[len(self.prefix) + 1 :].partition("}")
             group, rest = _unescape(group), _unescape(rest)
             key = check_key(group + rest)
         except ValueError:  # UnicodeDecodeError and InvalidKeyError are ValueErrors
@@ -75,7 +75,7 @@ def _earliest_group_end(prefix: str) -> int:
     """Where the first possible group boundary inside `prefix` is (its length if none)."""
     for end, char in enumerate(prefix):
         if char == "/" and _CONVERSATION_KEY.fullmatch(prefix[:end]):
-            after = prefix[end + len(_USERS):]
+            after = prefix[end + len(_USERS) :]
             if "/" not in after and (_USERS + after).startswith(prefix[end:]):
                 return end  # prefix[end:] can be the start of a session's "/users/{user}"
     return len(prefix)

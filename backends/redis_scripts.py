@@ -24,7 +24,7 @@ def split_stored(value: bytes | str) -> tuple[str, bytes] | None:
     """(version, envelope) of a stored value; None if agent-state did not write it."""
     raw = value.encode() if isinstance(value, str) else value
     match = _STORED.match(raw)
-    return (match.group(1).decode(), raw[match.end():]) if match else None
+    return (match.group(1).decode(), raw[match.end() :]) if match else None
 
 
 @dataclass(frozen=True)

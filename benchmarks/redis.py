@@ -75,8 +75,13 @@ def storage_turns(storage: RedisStorage) -> tuple[Turn, Turn]:
     turn_keys = []
     for i in range(CONVERSATIONS):
         user, conversation = ids(i)
-        turn_keys.append([user_key(CHANNEL, user), conversation_key(CHANNEL, conversation),
-                          session_key(CHANNEL, conversation, user)])
+        turn_keys.append(
+            [
+                user_key(CHANNEL, user),
+                conversation_key(CHANNEL, conversation),
+                session_key(CHANNEL, conversation, user),
+            ]
+        )
 
     async def changed(i: int) -> None:
         keys = turn_keys[i % CONVERSATIONS]
@@ -105,8 +110,14 @@ def app_turns(storage: RedisStorage) -> tuple[Turn, Turn]:
 
     def activity(i: int) -> dict:
         user, conversation = ids(i)
-        return {"type": "message", "id": uuid.uuid4().hex, "channelId": CHANNEL, "text": "hi",
-                "from": {"id": user}, "conversation": {"id": conversation}}
+        return {
+            "type": "message",
+            "id": uuid.uuid4().hex,
+            "channelId": CHANNEL,
+            "text": "hi",
+            "from": {"id": user},
+            "conversation": {"id": conversation},
+        }
 
     async def changed(i: int) -> None:
         await counting.process(activity(i))
@@ -186,8 +197,10 @@ def report(url: str, turns: int, rounds: int, rows: list[Row]) -> bool:
         target = f"{row.round_trips} trip{'s' * (row.round_trips > 1)}"
         if not row.is_floor and row.round_trips == 2:
             target += f", >= {FLOOR_SHARE:.0%}"
-        print(f"{row.name:<42}{row.turns_per_second:>10,.0f}{share:>12.0%}"
-              f"{row.measured_trips:>13.2f}  {target}: {'ok' if met else 'MISSED'}")
+        print(
+            f"{row.name:<42}{row.turns_per_second:>10,.0f}{share:>12.0%}"
+            f"{row.measured_trips:>13.2f}  {target}: {'ok' if met else 'MISSED'}"
+        )
     return all_met
 
 
@@ -199,9 +212,21 @@ def private_server() -> Iterator[str]:
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory() as directory:
         process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-             "--appendonly", "no", "--dir", directory],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             deadline = time.monotonic() + 10
@@ -221,9 +246,11 @@ def private_server() -> Iterator[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=os.environ.get("AGENT_STATE_REDIS_URL"),
-                        help="a standalone Redis (default: $AGENT_STATE_REDIS_URL, else a "
-                             "private redis-server)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("AGENT_STATE_REDIS_URL"),
+        help="a standalone Redis (default: $AGENT_STATE_REDIS_URL, else a private redis-server)",
+    )
     parser.add_argument("--turns", type=int, default=2000, help="turns per round and row")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

@@ -113,8 +113,10 @@ async def main() -> None:
             stored = storage.path_for(KEY)
             floors = {
                 "read": ("open+read+loads", per_second(lambda p=stored: read_floor(p))),
-                "write": ("atomic write+fsyncs", per_second(
-                    lambda v=value: atomic_write_floor(directory, v))),
+                "write": (
+                    "atomic write+fsyncs",
+                    per_second(lambda v=value: atomic_write_floor(directory, v)),
+                ),
             }
             floors["cond. write"] = floors["write"]
             for op, rate in rates.items():
@@ -124,13 +126,19 @@ async def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
     header = ("backend", "document", "op", "ops/s", "floor", "floor ops/s", "ratio")
-    print(f"{header[0]:<8}{header[1]:<20}{header[2]:<13}{header[3]:>10}  {header[4]:<20}"
-          f"{header[5]:>12}{header[6]:>8}")
+    print(
+        f"{header[0]:<8}{header[1]:<20}{header[2]:<13}{header[3]:>10}  {header[4]:<20}"
+        f"{header[5]:>12}{header[6]:>8}"
+    )
     for backend, doc, op, rate, floor, floor_rate in rows:
-        print(f"{backend:<8}{doc:<20}{op:<13}{rate:>10,.0f}  {floor:<20}{floor_rate:>12,.0f}"
-              f"{rate / floor_rate:>8.0%}")
-    print(f"\nfile store in {tempfile.gettempdir()}; {os.cpu_count()} CPUs; "
-          f"Python {sys.version.split()[0]}; {SECONDS:.0f} s per measurement")
+        print(
+            f"{backend:<8}{doc:<20}{op:<13}{rate:>10,.0f}  {floor:<20}{floor_rate:>12,.0f}"
+            f"{rate / floor_rate:>8.0%}"
+        )
+    print(
+        f"\nfile store in {tempfile.gettempdir()}; {os.cpu_count()} CPUs; "
+        f"Python {sys.version.split()[0]}; {SECONDS:.0f} s per measurement"
+    )
 
 
 if __name__ == "__main__":

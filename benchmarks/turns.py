@@ -81,6 +81,7 @@ Setup = Callable[["Scenario"], Awaitable[tuple[Turn, "Counts | None"]]]
 
 # --- agent-state ----------------------------------------------------------------------------
 
+
 class CountingStorage(MemoryStorage):
     """Our MemoryStorage, counting batched read (`read`, `read_shared`) and write calls."""
 
@@ -114,14 +115,20 @@ async def ours(scenario: Scenario) -> tuple[Turn, Counts]:
         await ctx.send(f"count {count}")
 
     activities = [
-        Activity(id=f"a{i}", channel_id="bench", from_={"id": f"user-{i}"},
-                 recipient={"id": "bot"}, conversation={"id": f"conv-{i}"}, text="hi")
+        Activity(
+            id=f"a{i}",
+            channel_id="bench",
+            from_={"id": f"user-{i}"},
+            recipient={"id": "bot"},
+            conversation={"id": f"conv-{i}"},
+            text="hi",
+        )
         for i in range(POOL)
     ]
     seed = seed_state(scenario.big)
-    await storage.write({
-        conversation_key("bench", f"conv-{i}"): StoreItem(seed, None) for i in range(POOL)
-    })
+    await storage.write(
+        {conversation_key("bench", f"conv-{i}"): StoreItem(seed, None) for i in range(POOL)}
+    )
 
     async def turn(i: int) -> None:
         await app.process(activities[i % POOL])
@@ -130,6 +137,7 @@ async def ours(scenario: Scenario) -> tuple[Turn, Counts]:
 
 
 # --- Microsoft 365 Agents SDK ---------------------------------------------------------------
+
 
 class MsCountingStorage(ms.MemoryStorage):
     """The SDK's MemoryStorage, counting read and write calls."""
@@ -194,10 +202,14 @@ async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
 
     activities = [
         ms_activity.Activity(
-            type="message", id=f"a{i}", channel_id="bench", service_url="http://localhost",
+            type="message",
+            id=f"a{i}",
+            channel_id="bench",
+            service_url="http://localhost",
             from_property=ms_activity.ChannelAccount(id=f"user-{i}"),
             recipient=ms_activity.ChannelAccount(id="bot"),
-            conversation=ms_activity.ConversationAccount(id=f"conv-{i}"), text="hi",
+            conversation=ms_activity.ConversationAccount(id=f"conv-{i}"),
+            text="hi",
         )
         for i in range(POOL)
     ]
@@ -218,6 +230,7 @@ async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
 
 # --- Google ADK -----------------------------------------------------------------------------
 
+
 async def adk(scenario: Scenario) -> tuple[Turn, None]:
     service = InMemorySessionService()
     seed = seed_state(scenario.big)
@@ -233,8 +246,9 @@ async def adk(scenario: Scenario) -> tuple[Turn, None]:
         )
         count = session.state.get("count", 0)
         delta = {"count": count + 1} if scenario.changes else {}
-        event = Event(invocation_id=f"inv-{i}", author="user",
-                      actions=EventActions(state_delta=delta))
+        event = Event(
+            invocation_id=f"inv-{i}", author="user", actions=EventActions(state_delta=delta)
+        )
         await service.append_event(session, event)
 
     return turn, None
@@ -283,12 +297,18 @@ def fmt_calls(value: float | None) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.5,
-                        help="timed seconds per system and scenario (default 1.5)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=1.5,
+        help="timed seconds per system and scenario (default 1.5)",
+    )
     args = parser.parse_args()
 
-    header = (f"{'scenario':<24} {'system':<16} {'turns/s':>10} {'reads/turn':>11} "
-              f"{'writes/turn':>12} {'ours / theirs':>14}")
+    header = (
+        f"{'scenario':<24} {'system':<16} {'turns/s':>10} {'reads/turn':>11} "
+        f"{'writes/turn':>12} {'ours / theirs':>14}"
+    )
     print(header)
     print("-" * len(header))
     verdicts = []
@@ -297,10 +317,12 @@ async def main() -> None:
         ours_result = results["agent-state"]
         for name, result in results.items():
             ratio = ours_result.turns_per_second / result.turns_per_second
-            print(f"{scenario.name:<24} {name:<16} {result.turns_per_second:>10,.0f} "
-                  f"{fmt_calls(result.reads_per_turn):>11} "
-                  f"{fmt_calls(result.writes_per_turn):>12} "
-                  f"{'' if result is ours_result else f'{ratio:.1f}x':>14}")
+            print(
+                f"{scenario.name:<24} {name:<16} {result.turns_per_second:>10,.0f} "
+                f"{fmt_calls(result.reads_per_turn):>11} "
+                f"{fmt_calls(result.writes_per_turn):>12} "
+                f"{'' if result is ours_result else f'{ratio:.1f}x':>14}"
+            )
         print()
         ratio = ours_result.turns_per_second / results["M365 Agents SDK"].turns_per_second
         calls_ok = ours_result.reads_per_turn == 1 and ours_result.writes_per_turn == (

@@ -48,8 +48,10 @@ async def main(directory: Path, min_visits: int) -> None:
     print(f"state folder: {storage.root}")
     users = [user_id async for user_id in list_users(storage, CHANNEL)]
     if not users:
-        print(f"no users on channel {CHANNEL!r} yet (run examples/quickstart.py first); "
-              f"seeding {', '.join(SEED)}")
+        print(
+            f"no users on channel {CHANNEL!r} yet (run examples/quickstart.py first); "
+            f"seeding {', '.join(SEED)}"
+        )
         await seed(storage)
         users = [user_id async for user_id in list_users(storage, CHANNEL)]
 

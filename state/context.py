@@ -39,8 +39,13 @@ class TurnContext:
             defaults = self.activity.reply()
             missing = {
                 name: getattr(defaults, name)
-                for name in ("channel_id", "from_property", "recipient", "conversation",
-                             "reply_to_id")
+                for name in (
+                    "channel_id",
+                    "from_property",
+                    "recipient",
+                    "conversation",
+                    "reply_to_id",
+                )
                 if getattr(reply, name) is None
             }
             reply = reply.model_copy(update=missing) if missing else reply

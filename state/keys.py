@@ -67,23 +67,34 @@ def _join(namespace: str | None, *parts: str) -> str:
 
 def user_key(channel: str, user: str, *, namespace: str | None = None) -> str:
     """`{channel}/users/{user}`: one user's state on one channel."""
-    return _join(namespace, escape_segment(channel, what="channel id"), "users",
-                 escape_segment(user, what="user id"))
+    return _join(
+        namespace,
+        escape_segment(channel, what="channel id"),
+        "users",
+        escape_segment(user, what="user id"),
+    )
 
 
 def conversation_key(channel: str, conversation: str, *, namespace: str | None = None) -> str:
     """`{channel}/conversations/{conversation}`: shared by every member of a conversation."""
-    return _join(namespace, escape_segment(channel, what="channel id"), "conversations",
-                 escape_segment(conversation, what="conversation id"))
+    return _join(
+        namespace,
+        escape_segment(channel, what="channel id"),
+        "conversations",
+        escape_segment(conversation, what="conversation id"),
+    )
 
 
-def session_key(
-    channel: str, conversation: str, user: str, *, namespace: str | None = None
-) -> str:
+def session_key(channel: str, conversation: str, user: str, *, namespace: str | None = None) -> str:
     """`{channel}/conversations/{conversation}/users/{user}`: one user in one conversation."""
-    return _join(namespace, escape_segment(channel, what="channel id"), "conversations",
-                 escape_segment(conversation, what="conversation id"), "users",
-                 escape_segment(user, what="user id"))
+    return _join(
+        namespace,
+        escape_segment(channel, what="channel id"),
+        "conversations",
+        escape_segment(conversation, what="conversation id"),
+        "users",
+        escape_segment(user, what="user id"),
+    )
 
 
 def app_key(app_name: str, *, namespace: str | None = None) -> str:
@@ -106,6 +117,7 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
     if literals == ["conversations"] and len(ids) == 2:
         return ParsedKey("conversation", channel=ids[0], conversation=ids[1], namespace=namespace)
     if literals == ["conversations", "users"] and len(ids) == 3:
-        return ParsedKey("session", channel=ids[0], conversation=ids[1], user=ids[2],
-                         namespace=namespace)
+        return ParsedKey(
+            "session", channel=ids[0], conversation=ids[1], user=ids[2], namespace=namespace
+        )
     raise InvalidKeyError(f"key {key!r:.80} does not follow the agent-state key scheme")

@@ -92,8 +92,18 @@ def test_bad_ids_are_refused_naming_what(bad):
 
 @pytest.mark.parametrize(
     "key",
-    ["c/users", "c/users/u/extra", "c/people/u", "app", "c/users/%2f", "c/users/%41", "c/users/%FF",
-     "c/users/a%2Eb", "c/conversations/v/members/u", ""],
+    [
+        "c/users",
+        "c/users/u/extra",
+        "c/people/u",
+        "app",
+        "c/users/%2f",
+        "c/users/%41",
+        "c/users/%FF",
+        "c/users/a%2Eb",
+        "c/conversations/v/members/u",
+        "",
+    ],
 )
 def test_foreign_or_non_canonical_keys_are_refused(key):
     with pytest.raises(InvalidKeyError):

@@ -49,8 +49,13 @@ def test_snake_case_construction(sender_arg):
     assert activity.type == "message"
     assert activity.channel_id == "telegram" and activity.from_property.id == "u1"
     wire = activity.model_dump(by_alias=True, exclude_none=True)
-    assert wire == {"type": "message", "channelId": "telegram", "from": {"id": "u1"},
-                    "conversation": {"id": "c1"}, "text": "hi"}
+    assert wire == {
+        "type": "message",
+        "channelId": "telegram",
+        "from": {"id": "u1"},
+        "conversation": {"id": "c1"},
+        "text": "hi",
+    }
 
 
 def test_bad_field_types_are_rejected():
@@ -72,7 +77,9 @@ def test_of_accepts_the_agents_sdk_activity_as_it_is():
     )
     activity = Activity.of(sdk)
     assert (activity.channel_id, activity.from_property.id, activity.conversation.id) == (
-        "msteams", "29:u", "19:c"
+        "msteams",
+        "29:u",
+        "19:c",
     )
     assert activity.text == "ping" and activity.value == {"k": 1} and activity.id == "a9"
     assert activity.model_extra["serviceUrl"] == "https://smba.example/"
@@ -81,8 +88,13 @@ def test_of_accepts_the_agents_sdk_activity_as_it_is():
 
 
 def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
-    wire = {"type": "message", "channelId": "msteams", "from": {"id": "u"},
-            "conversation": {"id": "c"}, "entities": [{"type": "ProductInfo", "id": "COPILOT"}]}
+    wire = {
+        "type": "message",
+        "channelId": "msteams",
+        "from": {"id": "u"},
+        "conversation": {"id": "c"},
+        "entities": [{"type": "ProductInfo", "id": "COPILOT"}],
+    }
     sdk = SdkActivity.model_validate(wire)
     assert sdk.channel_id == "msteams:COPILOT"
     activity = Activity.of(sdk)

@@ -40,11 +40,24 @@ class CountingStorage(MemoryStorage):
         return await super().write(changes, ttl=ttl)
 
 
-def msg(text: str = "hi", *, user: str = "u1", conversation: str = "c1", channel: str = "test",
-        type: str = "message", **fields) -> Activity:
-    return Activity(type=type, channel_id=channel, from_={"id": user, "name": user.upper()},
-                    recipient={"id": "bot"}, conversation={"id": conversation}, text=text,
-                    **fields)
+def msg(
+    text: str = "hi",
+    *,
+    user: str = "u1",
+    conversation: str = "c1",
+    channel: str = "test",
+    type: str = "message",
+    **fields,
+) -> Activity:
+    return Activity(
+        type=type,
+        channel_id=channel,
+        from_={"id": user, "name": user.upper()},
+        recipient={"id": "bot"},
+        conversation={"id": conversation},
+        text=text,
+        **fields,
+    )
 
 
 async def stored(storage: MemoryStorage) -> dict[str, dict]:
@@ -67,6 +80,7 @@ def app(storage: CountingStorage) -> AgentApplication:
 
 
 # --- routing ---------------------------------------------------------------------------------
+
 
 async def test_a_str_matches_the_whole_trimmed_text_ignoring_case(app):
     @app.message("help")
@@ -159,6 +173,7 @@ async def test_decorators_return_the_function_and_reject_bad_arguments(app):
 
 # --- state around the turn -------------------------------------------------------------------
 
+
 async def test_handler_gets_context_and_state_and_state_persists(app, storage):
     seen = []
 
@@ -227,12 +242,23 @@ async def test_process_accepts_wire_dicts_and_agents_sdk_activities(app, storage
         state["user:name"] = ctx.activity.from_property.name
         await ctx.send(f"hi {ctx.activity.from_property.name}")
 
-    wire = {"type": "message", "channelId": "msteams", "from": {"id": "29:a", "name": "Ada"},
-            "conversation": {"id": "19:c"}, "recipient": {"id": "28:bot"}, "text": "hello"}
-    sdk = SdkActivity(type="message", channel_id="msteams",
-                      from_property=SdkAccount(id="29:g", name="Grace"),
-                      conversation=SdkConversation(id="19:c"), recipient=SdkAccount(id="28:bot"),
-                      text="Hello", service_url="https://smba.example/")
+    wire = {
+        "type": "message",
+        "channelId": "msteams",
+        "from": {"id": "29:a", "name": "Ada"},
+        "conversation": {"id": "19:c"},
+        "recipient": {"id": "28:bot"},
+        "text": "hello",
+    }
+    sdk = SdkActivity(
+        type="message",
+        channel_id="msteams",
+        from_property=SdkAccount(id="29:g", name="Grace"),
+        conversation=SdkConversation(id="19:c"),
+        recipient=SdkAccount(id="28:bot"),
+        text="Hello",
+        service_url="https://smba.example/",
+    )
     assert texts(await app.process(wire)) == ["hi Ada"]
     replies = await app.process(sdk)
     assert texts(replies) == ["hi Grace"]
@@ -279,6 +305,7 @@ async def test_a_turn_without_a_conversation_cannot_touch_conversation_state(app
 
 
 # --- hooks -----------------------------------------------------------------------------------
+
 
 async def test_hooks_run_around_the_handler_and_their_changes_are_saved(app, storage):
     order = []
@@ -358,6 +385,7 @@ async def test_after_turn_returning_false_stops_later_after_hooks_only(app, stor
 
 
 # --- errors ----------------------------------------------------------------------------------
+
 
 async def test_a_raising_handler_saves_nothing_and_reaches_the_error_handler(app, storage):
     seen = []
@@ -500,6 +528,7 @@ async def test_storage_errors_on_load_propagate():
 
 
 # --- concurrency -----------------------------------------------------------------------------
+
 
 async def test_concurrent_turns_share_no_state(storage):
     """Hundreds of interleaved turns on one app: every stored value sits under its own key."""

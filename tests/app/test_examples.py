@@ -25,7 +25,11 @@ def run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -
     environment.update(env or {})
     done = subprocess.run(
         [sys.executable, "-c", CORE_ONLY, str(EXAMPLES / script), *args],
-        cwd=cwd, env=environment, capture_output=True, text=True, timeout=60,
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -90,9 +90,22 @@ async def test_case_variants_are_separate_files(tmp_path):
 # --- containment --------------------------------------------------------------------
 
 HOSTILE_KEYS = [
-    "a" * 10_000, "🙂" * 300, "%2e%2e/%2E%2E", "..%2F..%2Fetc/passwd", "a..b/...", ".hidden/x",
-    "~root", "back\\slash/..\\..\\x", "c:\\windows", "con/aux.txt", " space /\ttab",
-    "\u202eevil", "e\u0301/é", "x" * 300 + "/" + "y" * 300, ".locks", ".tmp-x",
+    "a" * 10_000,
+    "🙂" * 300,
+    "%2e%2e/%2E%2E",
+    "..%2F..%2Fetc/passwd",
+    "a..b/...",
+    ".hidden/x",
+    "~root",
+    "back\\slash/..\\..\\x",
+    "c:\\windows",
+    "con/aux.txt",
+    " space /\ttab",
+    "\u202eevil",
+    "e\u0301/é",
+    "x" * 300 + "/" + "y" * 300,
+    ".locks",
+    ".tmp-x",
 ]
 
 
@@ -191,7 +204,11 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, str(WORKER), *args],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
 
 

@@ -181,11 +181,13 @@ async def test_cluster_writes_each_key_on_its_own(cluster):
     await cluster.write({"c/users/a": StoreItem({"v": 2}, stale)})
     conversation, session = "c/conversations/k", "c/conversations/k/users/a"
     with pytest.raises(ConflictError) as info:
-        await cluster.write({
-            "c/users/a": StoreItem({"v": 3}, stale),
-            conversation: StoreItem({"v": 3}),
-            session: StoreItem({"v": 3}),
-        })
+        await cluster.write(
+            {
+                "c/users/a": StoreItem({"v": 3}, stale),
+                conversation: StoreItem({"v": 3}),
+                session: StoreItem({"v": 3}),
+            }
+        )
     assert info.value.keys == ["c/users/a"] and set(info.value.written) == {conversation, session}
 
 
@@ -325,8 +327,14 @@ async def test_list_spans_every_cluster_node(cluster):
 @pytest.mark.parametrize("namespace", [None, "bot", "a:b", "*?[x]\\"])
 def test_layout_round_trips_hostile_keys_and_keeps_turn_groups(namespace):
     layout = KeyLayout(namespace)
-    keys = ["c/users/u", "a{b}/conversations/}x", "a{b}/conversations/}x/users/{", "w\\(/x)",
-            "conversations/conversations/c/users/u", "app/n"]
+    keys = [
+        "c/users/u",
+        "a{b}/conversations/}x",
+        "a{b}/conversations/}x/users/{",
+        "w\\(/x)",
+        "conversations/conversations/c/users/u",
+        "app/n",
+    ]
     for key in keys:
         assert layout.storage_key(layout.redis_key(key)) == key
         assert layout.storage_key(layout.redis_key(key).encode()) == key
@@ -360,12 +368,29 @@ class PrivateServer:
         return f"redis://127.0.0.1:{self.port}/0" + ("?cluster=true" if self.cluster else "")
 
     def start(self) -> None:
-        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                   "--appendonly", "no", "--dir", str(self.directory)]
+        command = [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.directory),
+        ]
         if self.cluster:
             # an explicit bus port: the default, port + 10000, may be above 65535
-            command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-port", str(self.cluster_port)]
+            command += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-port",
+                str(self.cluster_port),
+            ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -508,8 +533,14 @@ async def test_rediss_urls_configure_tls():
 
 @pytest.mark.parametrize(
     "url",
-    ["redis://h/0?cluster=maybe", "redis://h/0?timeout=-1", "redis://h/0?timeout=x",
-     "redis://h/0?namespace={x}", "redis://h/0?namespace=", "http://h/0"],
+    [
+        "redis://h/0?cluster=maybe",
+        "redis://h/0?timeout=-1",
+        "redis://h/0?timeout=x",
+        "redis://h/0?namespace={x}",
+        "redis://h/0?namespace=",
+        "http://h/0",
+    ],
 )
 def test_bad_redis_options_are_refused(url):
     with pytest.raises(StorageConfigError):

@@ -71,8 +71,9 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
         return stored[1] if stored else value
 
     async def open_another() -> RedisStorage:
-        others.append(RedisStorage.from_url(os.environ[variable], cluster=cluster,
-                                            namespace=namespace))
+        others.append(
+            RedisStorage.from_url(os.environ[variable], cluster=cluster, namespace=namespace)
+        )
         return others[-1]
 
     try:

@@ -52,8 +52,16 @@ async def test_batch_read_leaves_out_missing_keys(storage):
 
 
 async def test_falsy_and_nested_values_round_trip(storage):
-    value = {"zero": 0, "empty": "", "no": False, "list": [], "none": None, "obj": {},
-             "deep": {"a": [1, 2.5, {"b": [True, None]}]}, "unicode": "żółw 🐢"}
+    value = {
+        "zero": 0,
+        "empty": "",
+        "no": False,
+        "list": [],
+        "none": None,
+        "obj": {},
+        "deep": {"a": [1, 2.5, {"b": [True, None]}]},
+        "unicode": "żółw 🐢",
+    }
     await create(storage, "k/v", value)
     assert (await storage.read(["k/v"]))["k/v"].value == value
 
@@ -178,9 +186,31 @@ async def test_read_modify_write_with_retry_loses_no_update(harness: Harness):
 # --- keys ---------------------------------------------------------------------------
 
 HOSTILE_IDS = [
-    "plain", "a/b", "x/conversations/y", "%2F", "%", "..", ".", "...", "-", "~", "🙂 emoji",
-    "NUL\x00byte", "a" * 1000, "Ada", "ada", "ADA", "29:1abc", "19:x@thread.v2",
-    "con", "aux.txt", " space ", "tab\t", "back\\slash", "q?h#", "\u200b",
+    "plain",
+    "a/b",
+    "x/conversations/y",
+    "%2F",
+    "%",
+    "..",
+    ".",
+    "...",
+    "-",
+    "~",
+    "🙂 emoji",
+    "NUL\x00byte",
+    "a" * 1000,
+    "Ada",
+    "ada",
+    "ADA",
+    "29:1abc",
+    "19:x@thread.v2",
+    "con",
+    "aux.txt",
+    " space ",
+    "tab\t",
+    "back\\slash",
+    "q?h#",
+    "\u200b",
 ]
 
 
@@ -247,8 +277,12 @@ async def test_no_aliasing_either_way(storage):
 
 @pytest.mark.parametrize(
     "bad_value, error",
-    [([1, 2], InvalidValueError), ("text", InvalidValueError), ({"f": {1, 2}}, InvalidValueError),
-     ({"o": object()}, InvalidValueError)],
+    [
+        ([1, 2], InvalidValueError),
+        ("text", InvalidValueError),
+        ({"f": {1, 2}}, InvalidValueError),
+        ({"o": object()}, InvalidValueError),
+    ],
 )
 async def test_invalid_values_fail_before_anything_is_written(storage, bad_value, error):
     with pytest.raises(error):

@@ -148,7 +148,8 @@ async def test_typed_buckets_validate_a_private_copy(storage):
     assert shared == document and await shared_value(storage, key) == document
     await state.save(storage)
     assert await stored(storage, key) == {
-        "items": [{"a": [1, 2]}], "anything": {"free": ["form", "edit"]}
+        "items": [{"a": [1, 2]}],
+        "anything": {"free": ["form", "edit"]},
     }
 
 
@@ -196,16 +197,28 @@ def test_loading_never_edits_the_item_either():
 _scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=2)
 _json = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("xyz"), inner,
-                                                                max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 _names = st.sampled_from(["a", "b", "c", "d"])
 _edits = st.lists(
     st.tuples(
         st.sampled_from(
-            ["set", "delete", "append", "set_inner", "setdefault", "pop", "update",
-             "path_set", "path_get_append", "data_set", "values_append"]
+            [
+                "set",
+                "delete",
+                "append",
+                "set_inner",
+                "setdefault",
+                "pop",
+                "update",
+                "path_set",
+                "path_get_append",
+                "data_set",
+                "values_append",
+            ]
         ),
         _names,
         st.sampled_from("xyz"),
@@ -215,8 +228,9 @@ _edits = st.lists(
 )
 
 
-def _edit(state: TurnState, plain: dict[str, Any], action: str, name: str, inner: str,
-          value: Any) -> None:
+def _edit(
+    state: TurnState, plain: dict[str, Any], action: str, name: str, inner: str, value: Any
+) -> None:
     """Apply one edit through the turn's conversation bucket and, alike, to `plain`."""
     bucket = state.conversation
     fresh = copy.deepcopy
