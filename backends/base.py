@@ -72,6 +72,9 @@ class Storage(ABC):
     max_document_bytes: int = 16 * 1024 * 1024
     """Largest serialized document this backend accepts."""
 
+    max_ttl_seconds: float = math.inf
+    """Longest `ttl` this backend can keep; a longer one raises `InvalidValueError` before I/O."""
+
     atomic_batches: bool = False
     """True where a whole `write` batch is applied all-or-nothing."""
 
@@ -102,7 +105,7 @@ class Storage(ABC):
         if not isinstance(changes, Mapping):
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
         prepared = [self._prepare(key, item) for key, item in changes.items()]
-        ttl = _check_ttl(ttl)
+        ttl = _check_ttl(ttl, self.max_ttl_seconds)
         self._check_open()
         return await self._write(prepared, ttl) if prepared else {}
 
@@ -190,11 +193,13 @@ class Storage(ABC):
         """Release resources; backends with connections override it."""
 
 
-def _check_ttl(ttl: float | None) -> float | None:
+def _check_ttl(ttl: float | None, longest: float) -> float | None:
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
         raise InvalidValueError(f"ttl must be a finite number of seconds, got {ttl!r}")
     if ttl <= 0:
         raise InvalidValueError(f"ttl must be positive, got {ttl!r}")
+    if ttl > longest:
+        raise InvalidValueError(f"ttl {ttl!r} is longer than this backend keeps ({longest:g} s)")
     return float(ttl)

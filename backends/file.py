@@ -69,7 +69,7 @@ class FileStorage(Storage):
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         with _os_errors(f"cannot read {keys[0]!r}" + (" and more" if len(keys) > 1 else "")):
-            raws = await _read_files([self._path(key) for key in keys])
+            raws = await _read_files(self.root, [self._path(key) for key in keys])
         now = time.time()
         found = {}
         for key, raw in zip(keys, raws, strict=True):

@@ -27,7 +27,11 @@ _DATA_MARK = b',"data":'  # `wrap` writes v, key, etag and meta before the data
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """What a stored file says besides its data; `etag` is None for a format this can't read."""
+    """What a stored file says besides its data.
+
+    `etag` is None for a format this can't read; `key` is then the key it names, if any, so a
+    hashed file name of a newer format still gives its key back to `list`.
+    """
 
     key: str | None
     etag: str | None
@@ -45,19 +49,26 @@ def is_expiry(value: object) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
-def read_files(paths: list[Path]) -> list[bytes | None]:
-    """Each whole file, or None where it does not exist (one call: one thread hop per batch)."""
-    return [_read_file(path) for path in paths]
+def read_files(directory: Path, paths: list[Path]) -> list[bytes | None]:
+    """Each whole file in `directory`, or None where it does not exist (one thread hop per batch).
+
+    Raises `FileNotFoundError` if `directory` itself is gone: then a missing file does not
+    mean a missing key.
+    """
+    found = [_read_file(path) for path in paths]
+    if None in found:
+        os.stat(directory)
+    return found
 
 
 def read_head(path: Path) -> Head | None:
-    """The file's head (`UNKNOWN` if it is not an envelope this reads), or None if missing."""
+    """The file's head (without etag if it is not an envelope this reads), or None if missing."""
     try:
         with open(path, "rb") as file:
             raw = file.read(_HEAD_BYTES)
             end = raw.find(_DATA_MARK)
             head = _parse_head(raw[:end] + b"}") if end > 0 else None
-            if head is None:  # not laid out by `wrap`, or a head over 64 KiB: parse it all
+            if head is None or head.etag is None:  # not laid out by `wrap`, or a long head
                 head = _parse_head(raw + file.read())
     except FileNotFoundError:
         return None
@@ -119,15 +130,19 @@ def _read_file(path: Path) -> bytes | None:
 
 
 def _parse_head(raw: bytes) -> Head | None:
+    """The head of a JSON object (without etag if it is no readable envelope); None if no object."""
     try:
         fields = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(fields, dict) or type(fields.get("v")) is not int:
+    if not isinstance(fields, dict):
         return None
     key, etag, meta = fields.get("key"), fields.get("etag"), fields.get("meta")
-    if fields["v"] != FORMAT_VERSION or not isinstance(meta, dict):
-        return None
-    if not (isinstance(key, str) and isinstance(etag, str) and is_expiry(meta.get("expires_at"))):
-        return None
+    if not isinstance(key, str):
+        return UNKNOWN
+    version = fields.get("v")
+    if type(version) is not int or version != FORMAT_VERSION or not isinstance(meta, dict):
+        return Head(key, None, None)
+    if not (isinstance(etag, str) and is_expiry(meta.get("expires_at"))):
+        return Head(key, None, None)
     return Head(key, etag, meta.get("expires_at"))

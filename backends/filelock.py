@@ -34,14 +34,27 @@ class StripedFileLocks:
             raise StorageConfigError("FileStorage needs POSIX file locking (fcntl.flock)")
         self._directory = directory
         self._stripes = stripes
-        self._task_locks: dict[int, asyncio.Lock] = {}
+        self._task_locks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
 
     async def run(self, key: str, action: Callable[[], T]) -> T:
         """Run blocking `action` in a worker thread while holding the lock of `key`."""
         digest = hashlib.sha256(key.encode()).digest()
         stripe = int.from_bytes(digest[:4], "big") % self._stripes
-        async with self._task_locks.setdefault(stripe, asyncio.Lock()):
+        async with self._task_lock(stripe):
             return await asyncio.to_thread(_call_locked, self._directory / f"{stripe:03d}", action)
+
+    def _task_lock(self, stripe: int) -> asyncio.Lock:
+        """The stripe's asyncio lock for the running loop (an asyncio lock serves one loop only).
+
+        A storage used from one loop after another (`asyncio.run` per job) gets a new lock per
+        loop. The flock alone makes the critical section exclusive; this lock only keeps a
+        loop's tasks from each parking a worker thread on the same flock.
+        """
+        loop = asyncio.get_running_loop()
+        entry = self._task_locks.get(stripe)
+        if entry is None or entry[0] is not loop:
+            entry = self._task_locks[stripe] = (loop, asyncio.Lock())
+        return entry[1]
 
 
 def _call_locked(path: Path, action: Callable[[], T]) -> T:

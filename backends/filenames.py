@@ -21,6 +21,7 @@ HASHED_PREFIX = "#"
 
 _VERBATIM = frozenset(string.ascii_lowercase + string.digits + "-_.~@%")
 _HEX = frozenset("0123456789abcdef")
+_HASHED_LENGTH = len(HASHED_PREFIX) + 64  # a sha256 in hex
 
 
 def name_for_key(key: str) -> str:
@@ -32,8 +33,12 @@ def name_for_key(key: str) -> str:
 
 
 def is_hashed(name: str) -> bool:
-    """True for names made by hashing a long key (the key must be read from the file)."""
-    return name.startswith(HASHED_PREFIX)
+    """True for names made by hashing a long key (the key must be read from the file).
+
+    Exactly `#` and 64 lower-case hex digits: other names starting with `#` (an editor's
+    `#autosave#`) are foreign files, like every other name no key encodes.
+    """
+    return len(name) == _HASHED_LENGTH and name[0] == HASHED_PREFIX and set(name[1:]) <= _HEX
 
 
 def key_for_name(name: str) -> str | None:

@@ -11,6 +11,7 @@ one member of a large document does not make the next turn decode all of it.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -176,7 +177,8 @@ def _reuse(value: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any] 
     """The decoded form of `value`, sharing the containers it still holds of the decoded `old`.
 
     Members identical to `old`'s are the store's own, never mutated, so they are reused;
-    immutable scalars are kept; other members are copied, so nothing the caller holds is kept.
+    immutable scalars are kept; other members are copied, so nothing the caller holds is kept
+    (and a NaN becomes the null that `data` holds).
     None when that would copy containers without reusing any: decoding later costs no more.
     """
     old = old if old is not None else {}
@@ -191,10 +193,16 @@ def _reuse(value: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any] 
         return None
     return {
         name: member
-        if type(member) in _IMMUTABLE or member is old.get(name, _MISSING)
+        if _kept(member) or member is old.get(name, _MISSING)
         else orjson.loads(orjson.dumps(member))
         for name, member in value.items()
     }
+
+
+def _kept(member: object) -> bool:
+    """Whether `member` decodes from its JSON as itself: an immutable scalar, not NaN or ±inf."""
+    kind = type(member)
+    return kind in _IMMUTABLE and (kind is not float or math.isfinite(member))  # type: ignore[arg-type]
 
 
 def _precondition_holds(expected: str | None, current: _Entry | None) -> bool:

@@ -39,9 +39,13 @@ class RedisStorage(Storage):
     """Documents in Redis strings, written by server-side scripts that check versions first.
 
     Pass a `Redis` or `RedisCluster` client (it stays yours: `close` leaves it open unless
-    `owns_client`), or use `from_url`. On a standalone server a write batch is all-or-nothing
-    (`atomic_batches`); on a cluster each key is written on its own, as in `MemoryStorage`.
+    `owns_client`; turn its retries off, see docs/redis.md), or use `from_url`. On a
+    standalone server a write batch is all-or-nothing (`atomic_batches`); on a cluster each
+    key is written on its own, as in `MemoryStorage`.
     """
+
+    max_ttl_seconds = 9e15
+    """Redis keeps an expiry as a signed 64-bit Unix time in ms: about 285 million years."""
 
     def __init__(
         self,

@@ -3,7 +3,8 @@
 A document is one Redis string, `<version> <envelope>`: reads are a plain `MGET`, and a script
 reads a version with `GETRANGE` without copying the document. A version is
 `max(previous + 1, server time in microseconds)`, so it grows with every write and a key that is
-deleted and created again never gets an old version back (see docs/redis.md).
+deleted and created again never gets an old version back (see docs/redis.md). The script counts
+in decimal text, since Lua's numbers (doubles) would round versions above 2**53.
 """
 
 from __future__ import annotations
@@ -47,7 +48,16 @@ WRITE = LuaScript(
 local atomic = ARGV[1] == '1'
 local ttl = ARGV[2]
 local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- Versions are decimal text: Lua numbers are doubles, exact only up to 2^53.
+local now = clock[1] .. string.format('%06d', tonumber(clock[2]))
+local function after(version) -- max(version + 1, now)
+  version = string.match(version, '^0*(%d+)$')
+  if #version < #now or (#version == #now and version < now) then return now end
+  local head, nines = string.match(version, '^(%d-)(9*)$')
+  local tail = string.rep('0', #nines)
+  if head == '' then return '1' .. tail end
+  return string.sub(head, 1, -2) .. string.char(string.byte(head, -1) + 1) .. tail
+end
 local reply, failed = {}, false
 for i, key in ipairs(KEYS) do
   local expected = ARGV[2 * i + 1]
@@ -59,10 +69,7 @@ for i, key in ipairs(KEYS) do
   elseif expected == '' then holds = not exists
   else holds = version == expected end
   if holds then
-    local previous = version and tonumber(version)
-    local fresh = now
-    if previous and previous >= now then fresh = previous + 1 end
-    reply[i] = string.format('%.0f', fresh)
+    reply[i] = version and after(version) or now
   else
     reply[i] = 0
     failed = true

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from backends import (
     ConflictError,
     FileStorage,
+    FormatError,
     InvalidKeyError,
     StorageConfigError,
     StorageUnavailableError,
@@ -179,6 +180,25 @@ async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_pa
     assert not storage.path_for("k/gone").exists()  # list removed the expired document
 
 
+async def test_list_skips_foreign_hash_names_and_lists_newer_hashed_documents(tmp_path):
+    """Only the store's own `#<sha256>` names are read for their key; others are foreign files.
+
+    A long key's document in a newer format is listed like a short key's (its read then raises
+    FormatError), instead of failing every `list` whatever the prefix.
+    """
+    storage = FileStorage(tmp_path)
+    short, long_key = "k/a", "k/" + "x" * 300
+    await storage.write({short: StoreItem({})})
+    newer = {"v": 2, "key": long_key, "meta": {}, "data": {}}
+    storage.path_for(long_key).write_bytes(orjson.dumps(newer))
+    for foreign in ("#notes#", "#" + "0" * 64 + ".bak", "#"):
+        (tmp_path / foreign).write_text("an editor's autosave, not a document")
+    assert [k async for k in storage.list("k/")] == [short, long_key]
+    assert [k async for k in storage.list("other/")] == []
+    with pytest.raises(FormatError):
+        await storage.read([long_key])
+
+
 # --- locks ----------------------------------------------------------------------------
 
 
@@ -198,6 +218,19 @@ async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
     await holder
     assert await asyncio.wait_for(second.run("k", lambda: "second"), 5) == "second"
     assert await asyncio.wait_for(first.run("k", lambda: "first"), 5) == "first"
+
+
+def test_one_storage_serves_one_event_loop_after_another(tmp_path):
+    """Apps and test suites that call `asyncio.run` per job may share one FileStorage."""
+    storage = FileStorage(tmp_path)
+
+    async def contended_writes(loop_number: int) -> None:
+        writes = [storage.write({"k/a": StoreItem({"i": i}, "*")}) for i in range(4)]
+        await asyncio.gather(*writes)  # all on one key: they queue on its lock
+        assert (await storage.read(["k/a"]))["k/a"].value["i"] in range(4), loop_number
+
+    for loop_number in range(2):
+        asyncio.run(contended_writes(loop_number))
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -299,6 +332,17 @@ async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path):
         with pytest.raises(StorageUnavailableError) as info:
             await attempt
         assert isinstance(info.value.__cause__, OSError)
+
+
+async def test_read_after_the_directory_vanished_is_unavailable_not_missing(tmp_path):
+    root = tmp_path / "store"
+    storage = FileStorage(root)
+    await storage.write({"k/a": StoreItem({"a": 1})})
+    shutil.rmtree(root)
+    for keys in (["k/a"], ["k/never-written"]):
+        with pytest.raises(StorageUnavailableError) as info:
+            await storage.read(keys)
+        assert isinstance(info.value.__cause__, FileNotFoundError)
 
 
 async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch):

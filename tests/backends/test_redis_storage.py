@@ -34,9 +34,10 @@ from backends import (
     StoreItem,
     open_storage,
 )
+from backends.envelope import wrap
 from backends.redis import RedisStorage
 from backends.redis_layout import KeyLayout
-from backends.redis_scripts import split_stored
+from backends.redis_scripts import split_stored, stored_value
 from state.keys import conversation_key, session_key, user_key
 from tests.conformance.harness_redis import (
     CLUSTER_URL,
@@ -241,13 +242,30 @@ async def test_foreign_values_are_never_taken_for_documents(standalone):
         assert (await standalone.read([key]))[key] == StoreItem({"v": 1}, etag)
 
 
-async def test_scripts_are_loaded_again_after_a_script_flush(standalone):
-    await standalone.write({"c/users/a": StoreItem({"v": 1})})
-    await standalone.client.script_flush()
-    await standalone.write({"c/users/a": StoreItem({"v": 2}, "*")})
-    await standalone.client.script_flush()
-    await standalone.delete(["c/users/a"])
-    assert await standalone.read(["c/users/a"]) == {}
+async def flush_scripts(storage: RedisStorage) -> None:
+    """SCRIPT FLUSH on the server, or on every primary of a cluster (as after restarts)."""
+    if not storage.cluster:
+        await storage.client.script_flush()
+        return
+    for node in storage.client.get_primaries():
+        async with Redis(host=node.host, port=node.port) as raw:
+            await raw.script_flush()
+
+
+async def test_scripts_are_loaded_again_after_a_script_flush(either):
+    """A lone call and a pipeline (one call per slot group on a cluster) both reload them."""
+    keys = [f"c/users/u{i}" for i in range(8)]
+    etags = await either.write({key: StoreItem({"v": 1}) for key in keys})
+    for batch in (keys[:1], keys):
+        await flush_scripts(either)
+        etags.update(await either.write({key: StoreItem({"v": 2}, etags[key]) for key in batch}))
+        assert {key: item.value for key, item in (await either.read(batch)).items()} == {
+            key: {"v": 2} for key in batch
+        }
+        await flush_scripts(either)
+        await either.delete(batch, if_match={key: etags[key] for key in batch})
+        assert await either.read(batch) == {}
+        etags.update(await either.write({key: StoreItem({"v": 1}) for key in batch}))
 
 
 # --- versions, TTL, layout ------------------------------------------------------------------
@@ -266,6 +284,21 @@ async def test_versions_grow_and_are_never_reused(either):
     assert await storage.read(["c/users/v"]) == {}
     seen.append(int((await storage.write({"c/users/v": StoreItem({}, None)}))["c/users/v"]))
     assert seen == sorted(seen) and len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize("planted", ["9007199254740993", "99999999999999999", "0000000000000042"])
+async def test_versions_beyond_double_precision_still_grow(either, planted):
+    """Lua numbers are doubles, exact only below 2**53: versions are counted as decimal text."""
+    key = "c/users/big"
+    envelope = wrap(key, orjson.dumps({"i": 0}))
+    await either.client.set(either.layout.redis_key(key), stored_value(planted, envelope))
+    seen = [planted]
+    for i in range(1, 4):
+        seen.append((await either.write({key: StoreItem({"i": i}, seen[-1])}))[key])
+    assert [int(version) for version in seen] == sorted({int(version) for version in seen})
+    assert all(not version.startswith("0") for version in seen[1:])
+    with pytest.raises(ConflictError):
+        await either.write({key: StoreItem({"i": 9}, seen[-2])})
 
 
 async def test_a_new_client_continues_the_versions(standalone):

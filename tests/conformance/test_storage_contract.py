@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import sys
 import time
 
 import orjson
@@ -374,6 +376,18 @@ async def test_ttl_expiry(storage):
     assert await create(storage, "k/ttl", {"v": 3})  # an expired key can be created again
 
 
+async def test_longest_ttl_is_kept_and_a_longer_one_refused_before_io(storage):
+    limit = storage.max_ttl_seconds
+    longest = limit if math.isfinite(limit) else sys.float_info.max
+    await storage.write({"k/long": StoreItem({"v": 1})}, ttl=longest)
+    assert (await storage.read(["k/long"]))["k/long"].value == {"v": 1}
+    if math.isfinite(limit):
+        for ttl in (limit * 1.5, sys.float_info.max):
+            with pytest.raises(InvalidValueError):
+                await storage.write({"k/long": StoreItem({"v": 2}, "*")}, ttl=ttl)
+        assert (await storage.read(["k/long"]))["k/long"].value == {"v": 1}
+
+
 async def test_closed_storage_refuses_io(harness: Harness):
     another = await harness.open_another()
     if another is harness.storage:
@@ -399,6 +413,20 @@ async def test_read_shared_gives_what_read_gives(storage):
     assert await storage.read_shared([]) == {}
     data = getattr(shared["k/s1"], "data", None)
     assert data is None or data == orjson.dumps(fresh["k/s1"].value)
+
+
+async def test_read_shared_gives_what_read_gives_for_non_finite_floats(storage):
+    """JSON has no NaN or infinity: whatever a backend stores for them, both reads agree."""
+    value = {"nan": float("nan"), "inf": float("inf"), "list": [float("-inf")]}
+    try:
+        await create(storage, "k/nan", value)
+    except InvalidValueError:
+        return  # refusing them is fine too
+    for members in ({"nan": value["nan"]}, value):
+        await storage.write({"k/nan": StoreItem(members, "*")})
+        shared = (await storage.read_shared(["k/nan"]))["k/nan"].value
+        fresh = (await storage.read(["k/nan"]))["k/nan"].value
+        assert repr(shared) == repr(fresh)  # repr: nan != nan, and None vs nan must show
 
 
 @pytest.mark.parametrize("key", ["", "a//b", "../up", "nul\x00"])
