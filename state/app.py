@@ -41,7 +41,9 @@ class AgentApplication:
     A before-turn hook returning `False` ends the turn early (no route runs); what changed
     so far is still saved. An exception from your code (hook, selector, handler) saves
     nothing and goes to the `@app.error` handler, or out of `process` if there is none.
-    Storage errors from loading or saving, `StateConflictError` included, always propagate.
+    Storage errors from loading or saving always propagate, `StateConflictError` included:
+    the save merges the turn's changes into a bucket another writer changed meanwhile, and
+    raises it only when both changed the same path (see `TurnState.save`).
     """
 
     def __init__(

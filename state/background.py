@@ -20,7 +20,7 @@ from typing import TypeVar
 from backends.base import Storage
 from backends.errors import InvalidKeyError
 
-from .bucket import AgentState, load_buckets, save_buckets
+from .bucket import AgentState, load_buckets, save_buckets, scope_key
 from .errors import StateConflictError
 from .ids import TurnIds
 from .keys import escape_segment, parse_key
@@ -31,7 +31,7 @@ B = TypeVar("B", bound=AgentState)
 
 async def read_state(storage: Storage, cls: type[B], ids: TurnIds) -> B:
     """Read one scope's bucket for `ids` (empty when not stored yet)."""
-    bucket = cls(cls.key_for(ids))
+    bucket = cls(scope_key(cls, ids))
     await load_buckets(storage, [bucket])
     return bucket
 

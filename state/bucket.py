@@ -28,6 +28,7 @@ from backends.errors import ConflictError
 from . import typed
 from .errors import ScopeError, StateConflictError, StateError, StateValueError
 from .ids import TurnIds
+from .keys import escape_segment
 from .paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
 from .protocol import PatchConflictError, apply_patch, make_patch
 
@@ -232,21 +233,27 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             raise StateError("mark_saved() needs a pending_write() first")
         self._base, self._etag, self._pending = self._pending, etag, None
 
-    def rebase(self, newer: StoreItem | None) -> None:
+    def rebase(self, newer: StoreItem | None, *, strict: bool = False) -> None:
         """Replay this bucket's changes onto a newer stored version, after a write conflict.
 
         Raises `StateConflictError` naming the paths when the newer version changed what
-        these changes touch (a list counts as one value), leaving the bucket as it was.
+        these changes touch (a list counts as one value), leaving the bucket as it was. A
+        change the newer version already made is dropped, unless `strict` (then it clashes).
+        A stored document deleted since (`newer` None) is a conflict too, never recreated.
         """
         if self._base is None:
             self.load(newer)
             return
+        if newer is None and self._etag is not None:
+            raise StateConflictError(
+                [self._key or ""], scopes=[self.scope], message=f"{self.scope} state was deleted"
+            )
         base = orjson.loads(self._base)
         fresh = type(self)(self._key, newer)
         fresh._touch()
         theirs = fresh._document()
         patch, clashes = rebase_patch(
-            base, make_patch(base, self._document()), make_patch(base, theirs)
+            base, make_patch(base, self._document()), make_patch(base, theirs), strict=strict
         )
         if clashes:
             raise StateConflictError([self._key or ""], scopes=[self.scope], paths=clashes)
@@ -327,6 +334,20 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return orjson.dumps(document, option=_DUMP_OPTIONS)
         except TypeError as exc:
             raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from exc
+
+
+def scope_key(cls: type[AgentState], ids: TurnIds) -> str:
+    """`cls.key_for(ids)`; `ScopeError` when `ids` has a namespace and the key lies outside it."""
+    key = cls.key_for(ids)
+    namespace = ids.namespace
+    if namespace is not None and not key.startswith(
+        f"{escape_segment(namespace, what='namespace')}/"
+    ):
+        raise ScopeError(
+            f"{cls.__name__}.key_for() gave {key!r}, outside the namespace {namespace!r}: "
+            f"a key must start with escape_segment(ids.namespace) + '/'"
+        )
+    return key
 
 
 async def load_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:

@@ -48,7 +48,8 @@ class StateConflictError(ConflictError, StateError):
     """A bucket's conditional write failed: someone else changed it since it was read.
 
     `scopes` names the scopes whose write failed; `paths` the JSON pointers that both
-    writers changed, when the conflict was found while rebasing onto the newer version.
+    writers changed, when the conflict was found while rebasing onto the newer version;
+    `reason` the message without the keys and paths.
     """
 
     def __init__(
@@ -62,7 +63,8 @@ class StateConflictError(ConflictError, StateError):
     ) -> None:
         self.scopes = sorted(scopes)
         self.paths = list(paths)
-        detail = message or f"state of scope(s) {', '.join(map(repr, self.scopes))} changed"
+        self.reason = message or f"state of scope(s) {', '.join(map(repr, self.scopes))} changed"
+        detail = self.reason
         if self.paths:
             detail += f" at {', '.join(map(repr, self.paths))}"
         super().__init__(keys, written, detail)

@@ -61,6 +61,9 @@ def put(node: Any, step: str, value: Any) -> None:
         check_json(value)
         node[index] = value
     elif isinstance(node, BaseModel):
+        model = type(node)
+        if step not in model.model_fields and model.model_config.get("extra") != "allow":
+            raise StatePathError(f"{model.__name__} has no field {step!r}")
         setattr(node, step, value)
     else:
         raise StatePathError(f"cannot set {step!r} in {_kind(node)}")
@@ -145,26 +148,45 @@ def check_json(value: Any) -> None:
 
 
 def rebase_patch(
-    base: Any, ours: list[dict[str, Any]], theirs: list[dict[str, Any]]
+    base: Any,
+    ours: list[dict[str, Any]],
+    theirs: list[dict[str, Any]],
+    *,
+    strict: bool = False,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Split our patch against theirs, both made from `base`: the ops still to apply, and clashes.
 
     Two changes clash when one's path is a prefix of the other's; a list counts as one value,
-    since indices shift. An op theirs already made to a dict member is dropped, not a clash.
+    since indices shift, and a `move` (a renamed member) touches its `from` as well as its
+    `path`. An op theirs already made to a dict member is dropped, not a clash, unless
+    `strict`: then it clashes too, since two read-modify-writes (two `n + 1`) can agree.
     """
-    their_units = [_unit(base, op["path"]) for op in theirs]
+    their_units = [unit for op in theirs for _, unit in _touched(base, op)]
     same = {_op_bytes(op) for op in theirs}
     keep: list[dict[str, Any]] = []
     clashes: list[str] = []
     for op in ours:
-        unit = _unit(base, op["path"])
-        if _op_bytes(op) in same and len(unit) == op["path"].count("/"):
+        touched = _touched(base, op)
+        if not strict and _op_bytes(op) in same and all(len(u) == p.count("/") for p, u in touched):
             continue
-        if any(unit[: len(other)] == other[: len(unit)] for other in their_units):
-            clashes.append(op["path"])
+        hits = [
+            pointer
+            for pointer, unit in touched
+            if any(unit[: len(other)] == other[: len(unit)] for other in their_units)
+        ]
+        if hits:
+            clashes.extend(pointer for pointer in hits if pointer not in clashes)
         else:
             keep.append(op)
     return keep, clashes
+
+
+def _touched(base: Any, op: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """The pointers an op changes or reads from, each with its unit (see `_unit`)."""
+    pointers = [op["path"]]
+    if op["op"] in ("move", "copy"):
+        pointers.insert(0, op["from"])
+    return [(pointer, _unit(base, pointer)) for pointer in pointers]
 
 
 def _unit(base: Any, pointer: str) -> tuple[str, ...]:

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from backends.base import Storage, StoreItem
 
 from . import typed
-from .bucket import AgentState, save_buckets
-from .errors import MissingIdError, ScopeError, StatePathError
+from .bucket import AgentState, save_buckets, scope_key
+from .errors import MissingIdError, ScopeError, StateConflictError, StatePathError
 from .ids import TurnIds
 from .paths import MISSING, delete_in, set_in, split_path
 from .scopes import BUILTIN_SCOPES
@@ -27,6 +27,8 @@ from .scopes import BUILTIN_SCOPES
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
 PLAN_CACHE_SIZE = 4096
 """Distinct ids whose keys an application keeps (about 1 KB each)."""
+MERGE_RETRIES = 3
+"""How many times `TurnState.save` merges into a newer version after a conflict."""
 
 
 class TurnState:
@@ -57,13 +59,38 @@ class TurnState:
             if bucket.persisted:
                 bucket.load(self._found.get(bucket.key))  # type: ignore[arg-type]
 
-    async def save(self, storage: Storage) -> None:
+    async def save(self, storage: Storage, *, retries: int = MERGE_RETRIES) -> None:
         """Write the changed buckets in one conditional write; nothing when none changed.
 
-        Raises `StateConflictError` naming the scopes another writer changed meanwhile.
+        If another writer changed a bucket since it was read, the turn's changes to it are
+        replayed onto the newer version and written again, at most `retries` times: changes
+        to different members merge. `StateConflictError` names the scopes (and the paths)
+        when both changed the same path (even to the same value: two `n + 1` agree), when
+        the bucket was deleted meanwhile, or when the retries run out; its `written` names
+        the buckets stored anyway.
         """
+        if type(retries) is not int or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         buckets = [bucket for bucket in self._buckets.values() if bucket.persisted]
-        await save_buckets(storage, buckets)
+        written: dict[str, str] = {}
+        attempt = 0
+        while True:
+            try:
+                await save_buckets(storage, buckets)
+                return
+            except StateConflictError as exc:
+                written.update(exc.written)
+                failed = exc
+            if attempt == retries:
+                raise StateConflictError(
+                    failed.keys,
+                    written,
+                    scopes=failed.scopes,
+                    message=f"gave up after {retries + 1} conflicting writes of "
+                    f"{', '.join(map(repr, failed.scopes))} state",
+                ) from failed
+            attempt += 1
+            await _rebase(storage, buckets, failed.keys, written)
 
     def scope(self, name: str) -> AgentState:
         """The bucket of a scope; `MissingIdError` if the turn lacks an id its key needs."""
@@ -177,6 +204,22 @@ class TurnState:
         return self.scope("session"), split_path(path)
 
 
+async def _rebase(
+    storage: Storage, buckets: list[AgentState], keys: list[str], written: dict[str, str]
+) -> None:
+    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
+    found = await storage.read(keys)
+    by_key = {bucket.key: bucket for bucket in buckets}
+    for key in keys:
+        bucket = by_key[key]
+        try:
+            bucket.rebase(found.get(key), strict=True)  # type: ignore[arg-type]
+        except StateConflictError as exc:  # the same error, naming what was written
+            raise StateConflictError(
+                [key], written, scopes=[bucket.scope], paths=exc.paths, message=exc.reason
+            ) from exc
+
+
 _RESERVED = frozenset(name for name in dir(TurnState) if not name.startswith("_"))
 
 
@@ -220,7 +263,7 @@ class Scopes:
                 scopes[name] = (cls, None)
                 continue
             try:
-                key = cls.key_for(ids)
+                key = scope_key(cls, ids)
             except MissingIdError as exc:
                 missing[name] = exc
                 continue

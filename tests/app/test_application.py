@@ -500,10 +500,32 @@ async def test_a_save_conflict_propagates_without_the_error_handler(app, storage
     await app.process(msg("inner"))  # the conversation exists before both turns read it
     with pytest.raises(StateConflictError) as info:
         await app.process(msg("outer"))
-    assert info.value.scopes == ["conversation"]
+    assert info.value.scopes == ["conversation"] and info.value.paths == ["/owner"]
     assert errors == []
     stored_now = await stored(storage)
     assert stored_now[conversation_key("test", "c1")] == {"owner": "someone-else"}
+
+
+async def test_overlapping_turns_that_change_different_members_both_land(app, storage):
+    """Group chat: Grace's turn runs inside Ada's, both edit the conversation, both are kept."""
+
+    @app.message("grace")
+    async def inner(ctx, state):
+        state.set("conversation.votes.grace", "yes")
+        state["conversation:messages"] = state.get("conversation.messages", 0) + 1
+
+    @app.message("ada")
+    async def outer(ctx, state):
+        state["conversation:topic"] = "release"
+        await app.process(msg("grace", user="grace"))
+        await ctx.send("ada done")
+
+    assert texts(await app.process(msg("ada", user="ada"))) == ["ada done"]
+    assert (await stored(storage))[conversation_key("test", "c1")] == {
+        "votes": {"grace": "yes"},
+        "messages": 1,
+        "topic": "release",
+    }
 
 
 async def test_storage_errors_on_load_propagate():

@@ -118,6 +118,26 @@ async def test_open_state_refuses_to_overwrite_the_same_path(storage):
     assert await storage.stored(KEY) == {"plan": "team"}
 
 
+async def test_open_state_refuses_to_rename_what_the_other_writer_edited(storage):
+    await seed(storage, KEY, {"draft": {"text": "v1"}})
+    with pytest.raises(StateConflictError) as info:
+        async with open_user(storage, "msteams", "29:ada") as publisher:
+            publisher["published"] = publisher.pop("draft")
+            async with open_user(storage, "msteams", "29:ada") as editor:
+                editor["draft"] = {"text": "v2"}
+    assert info.value.paths == ["/draft"]
+    assert await storage.stored(KEY) == {"draft": {"text": "v2"}}
+
+
+async def test_open_state_does_not_bring_back_a_deleted_document(storage):
+    await seed(storage, KEY, {"name": "Ada", "plan": "pro"})
+    with pytest.raises(StateConflictError, match="user state was deleted") as info:
+        async with open_user(storage, "msteams", "29:ada") as reminder:
+            reminder["reminded"] = True
+            await storage.delete([KEY])  # the user asked to be forgotten meanwhile
+    assert info.value.scopes == ["user"] and await storage.stored(KEY) is None
+
+
 async def test_open_state_creates_when_both_create(storage):
     async with open_user(storage, "msteams", "29:ada") as first:
         async with open_user(storage, "msteams", "29:ada") as second:

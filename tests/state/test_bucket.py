@@ -256,6 +256,38 @@ def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
     assert bucket.document() == before and bucket.etag == "1"
 
 
+def _rename_draft(d):
+    d["final"] = d.pop("draft")  # an equal value under a new name: a JSON Patch "move"
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "path"),
+    [
+        # We renamed `draft` while they edited it: merging would store their edit as our
+        # `final` and drop their `draft`.
+        (_rename_draft, {"draft": {"t": "edited"}, "n": 1}, "/draft"),
+        (_rename_draft, {"n": 1}, "/draft"),
+        # They renamed `draft` while we edited it.
+        (lambda d: d["draft"].update(t="ours"), {"final": {"t": "old"}, "n": 1}, "/draft/t"),
+    ],
+)
+def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
+    bucket = loaded({"draft": {"t": "old"}, "n": 1})
+    ours(bucket.data)
+    before = bucket.document()
+    with pytest.raises(StateConflictError) as info:
+        bucket.rebase(StoreItem(theirs, "2"))
+    assert info.value.paths == [path]
+    assert bucket.document() == before and bucket.etag == "1"
+
+
+def test_rebase_keeps_a_rename_apart_from_their_changes():
+    bucket = loaded({"draft": {"t": "old"}, "n": 1})
+    _rename_draft(bucket.data)
+    bucket.rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
+    assert dict(bucket) == {"n": 2, "final": {"t": "old"}}
+
+
 def test_rebase_of_an_untouched_bucket_just_loads():
     bucket = loaded({"a": 1})
     bucket.rebase(StoreItem({"a": 2}, "5"))

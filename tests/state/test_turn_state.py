@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from backends import StoreItem
+from backends import MemoryStorage, StoreItem
+from state.background import read_state
 from state.bucket import AgentState
 from state.errors import (
     MissingIdError,
@@ -26,6 +27,7 @@ from state.scopes import (
     UserState,
 )
 from state.turn_state import Scopes, TurnState
+from tests.state.conftest import CountingStorage
 
 IDS = TurnIds(
     channel_id="msteams", user_id="29:ada", conversation_id="19:c@thread.v2", app_name="bot"
@@ -405,3 +407,124 @@ async def test_buckets_used_before_or_after_the_load_are_both_loaded(storage):
     assert sorted(state.scope_names) == sorted(["user", "conversation", "session", "app", "temp"])
     await state.save(storage)
     assert storage.writes == []
+
+
+class NamespacedTeamState(TeamState):
+    """TeamState with its key under the turn's namespace, as every key must be."""
+
+    @classmethod
+    def key_for(cls, ids: TurnIds) -> str:
+        key = super().key_for(ids)
+        return key if ids.namespace is None else f"{escape_segment(ids.namespace)}/{key}"
+
+
+async def test_a_custom_key_outside_the_namespace_is_refused(storage):
+    """A namespace isolates bots sharing a store, so a custom key must not escape it."""
+    ids = dataclasses.replace(IDS, namespace="bot1")
+    with pytest.raises(ScopeError, match="outside the namespace 'bot1'"):
+        TurnState(ids, [TeamState])
+    with pytest.raises(ScopeError, match="outside the namespace"):
+        await read_state(storage, TeamState, ids)
+    assert storage.reads == []
+
+    state = await turn(storage, ids, [NamespacedTeamState])
+    assert state.team.key == "bot1/msteams/teams/bot" and state.user.key == "bot1/" + USER
+    assert TurnState(IDS, [TeamState]).team.key == "msteams/teams/bot"  # no namespace: as is
+
+
+# --- concurrent turns: merge different members, refuse the same path -------------------------
+
+
+async def test_changes_to_different_members_merge_into_the_newer_version(storage):
+    await storage.write({CONVERSATION: _item({"topic": "old", "messages": 1, "poll": {}})})
+    a, b = await turn(storage), await turn(storage)
+    a["conversation:messages"] = a["conversation:messages"] + 1
+    a["user:seen"] = True
+    await a.save(storage)
+    b["conversation:topic"] = "new"
+    b.set("conversation.poll.ada", "yes")
+    b["topic"] = "session"
+    storage.writes.clear()
+    await b.save(storage)
+    assert await storage.stored(CONVERSATION) == {
+        "topic": "new",
+        "messages": 2,
+        "poll": {"ada": "yes"},
+    }
+    assert await storage.stored(SESSION) == {"topic": "session"}
+    assert storage.writes == [sorted([CONVERSATION, SESSION]), [CONVERSATION]]
+    assert b.conversation.etag == (await storage.read([CONVERSATION]))[CONVERSATION].etag
+    await b.save(storage)
+    assert len(storage.writes) == 2  # merged and saved: nothing left to write
+
+
+async def test_the_same_change_by_two_turns_is_a_conflict_not_a_lost_update(storage):
+    """Two turns both bump a counter from 1 to 2: merging would count one visit, not two."""
+    await storage.write({USER: _item({"visits": 1})})
+    a, b = await turn(storage), await turn(storage)
+    for state in (a, b):
+        state["user:visits"] = state["user:visits"] + 1
+    await a.save(storage)
+    with pytest.raises(StateConflictError) as info:
+        await b.save(storage)
+    assert info.value.paths == ["/visits"] and info.value.scopes == ["user"]
+    assert await storage.stored(USER) == {"visits": 2}
+
+
+async def test_a_conflict_names_the_paths_and_keeps_what_was_written(storage):
+    await storage.write({CONVERSATION: _item({"items": [1]})})
+    a, b = await turn(storage), await turn(storage)
+    a.get("conversation.items").append("a")
+    await a.save(storage)
+    b.get("conversation.items").append("b")
+    b["user:seen"] = True
+    with pytest.raises(StateConflictError) as info:
+        await b.save(storage)
+    assert info.value.paths == ["/items/1"] and info.value.keys == [CONVERSATION]
+    assert list(info.value.written) == [USER] and await storage.stored(USER) == {"seen": True}
+    assert await storage.stored(CONVERSATION) == {"items": [1, "a"]}
+
+
+async def test_a_bucket_deleted_meanwhile_is_not_brought_back(storage):
+    await storage.write({USER: _item({"name": "Ada", "plan": "pro"})})
+    state = await turn(storage)
+    state["user:last_seen"] = "today"
+    await storage.delete([USER])  # e.g. the user asked to be forgotten
+    with pytest.raises(StateConflictError, match="deleted") as info:
+        await state.save(storage)
+    assert info.value.scopes == ["user"] and await storage.stored(USER) is None
+
+
+async def test_buckets_created_by_two_turns_merge(storage):
+    a, b = await turn(storage), await turn(storage)
+    a["topic"] = "a"
+    await a.save(storage)
+    b["mood"] = "b"
+    await b.save(storage)
+    assert await storage.stored(SESSION) == {"topic": "a", "mood": "b"}
+
+
+async def test_merging_is_bounded_by_retries():
+    class Contended(CountingStorage):
+        """Another writer changes the conversation's `other` member before every write."""
+
+        async def write(self, changes, *, ttl=None):
+            current = (await MemoryStorage.read(self, [CONVERSATION]))[CONVERSATION]
+            other = current.value.get("other", 0) + 1
+            await MemoryStorage.write(
+                self, {CONVERSATION: StoreItem({**current.value, "other": other}, "*")}
+            )
+            return await super().write(changes, ttl=ttl)
+
+    storage = Contended()
+    await MemoryStorage.write(storage, {CONVERSATION: _item({})})
+    state = await turn(storage)
+    state["conversation:mine"] = True
+    with pytest.raises(StateConflictError, match="gave up after 3") as info:
+        await state.save(storage, retries=2)
+    assert info.value.scopes == ["conversation"] and info.value.paths == []
+    assert len(storage.writes) == 3 and len(storage.reads) == 3  # the load, then 2 re-reads
+    assert await storage.stored(CONVERSATION) == {"other": 3}
+    for bad in (-1, 1.5, None):
+        with pytest.raises(ValueError):
+            await state.save(storage, retries=bad)  # type: ignore[arg-type]

@@ -242,3 +242,47 @@ async def test_set_path_into_a_strict_model_names_the_field(storage):
     with pytest.raises(StateValidationError) as info:
         state.set("user.visits", "many")
     assert info.value.field == "visits"
+
+
+def test_setting_a_field_the_model_lacks_is_a_path_error():
+    state = TurnState(IDS, custom_scopes=[ProfileState])
+    for set_it in (
+        lambda: state.user.__setitem__("nickname", "x"),
+        lambda: state.__setitem__("user:nickname", "x"),
+        lambda: state.set("user.address.country", "FR"),
+    ):
+        with pytest.raises(StatePathError, match="no field"):
+            set_it()
+    assert state.user.pending_write() is None
+
+
+def test_a_model_that_allows_extra_fields_takes_new_ones():
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        name: str = ""
+
+    class OpenState(UserState):
+        model = Open
+
+    bucket = OpenState(KEY)
+    bucket["nickname"] = "Ada"
+    assert bucket["nickname"] == "Ada" and bucket.pending_write().value == {  # type: ignore[union-attr]
+        "name": "",
+        "nickname": "Ada",
+    }
+
+
+async def test_typed_turns_merge_changes_to_different_fields(storage):
+    await storage.write({KEY: StoreItem({SCHEMA_FIELD: 2, "name": "Ada", "visits": 1}, None)})
+    a = TurnState(IDS, custom_scopes=[ProfileState])
+    b = TurnState(IDS, custom_scopes=[ProfileState])
+    await a.load(storage)
+    await b.load(storage)
+    a.user.data.tags.append("vip")
+    await a.save(storage)
+    b.user.data.address.city = "Paris"
+    await b.save(storage)
+    merged = await storage.stored(KEY)
+    assert merged is not None and merged["tags"] == ["vip"]
+    assert merged["address"]["city"] == "Paris" and merged["visits"] == 1
+    assert b.user.data.tags == ["vip"] and b.user.data.address.city == "Paris"
