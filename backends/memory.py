@@ -64,6 +64,11 @@ class _Entry:
     def alive(self, now: float) -> bool:
         return self.expires_at is None or now < self.expires_at
 
+    def fresh(self, key: str) -> StoreItem:
+        """A private copy of the document, decoded from the stored bytes (the tree is untouched)."""
+        data = orjson.loads(self.data) if self.data is not None else unwrap(key, self.raw).data
+        return StoreItem(data, self.etag)
+
     def shared(self, key: str) -> SharedItem:
         """The decoded document, decoded on first use (nobody may mutate it), and its data."""
         if self.tree is None:
@@ -90,18 +95,13 @@ class MemoryStorage(Storage):
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
 
-    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        """Read a batch of keys as fresh copies; missing keys are absent from the result."""
-        found = await super().read(keys)
-        return {key: _fresh(item) for key, item in found.items()}
-
     async def read_shared(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         """`read` without copying: each entry's one decoded document, with its serialized data."""
-        batch = self._batch(keys)
-        return await self._read(batch) if batch else {}
+        found = self._find(self._batch(keys))
+        return {key: entry.shared(key) for key, entry in found if entry is not None}
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
-        return {key: entry.shared(key) for key, entry in self._find(keys) if entry is not None}
+        return {key: entry.fresh(key) for key, entry in self._find(keys) if entry is not None}
 
     def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
         return _MemoryWrite(key, self._encode(key, item), item.etag, item.value)
@@ -165,12 +165,6 @@ class MemoryStorage(Storage):
             del self._entries[key]
             return None
         return entry
-
-
-def _fresh(item: StoreItem) -> StoreItem:
-    """A copy of a shared item that shares nothing with it, decoded from its stored bytes."""
-    assert isinstance(item, SharedItem) and item.data is not None
-    return StoreItem(orjson.loads(item.data), item.etag)
 
 
 def _reuse(value: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any] | None:

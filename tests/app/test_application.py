@@ -530,7 +530,7 @@ async def test_overlapping_turns_that_change_different_members_both_land(app, st
 
 async def test_storage_errors_on_load_propagate():
     class DownStorage(MemoryStorage):
-        async def _read(self, keys):
+        async def read_shared(self, keys):  # the turn's one read
             raise StorageUnavailableError("store is down")
 
     app = AgentApplication(DownStorage(), app_name="bot")
