@@ -20,7 +20,7 @@ from typing import TypeVar
 from backends.base import Storage
 from backends.errors import InvalidKeyError
 
-from .bucket import AgentState, load_buckets, save_buckets, scope_key
+from .bucket import AgentState, check_retries, load_buckets, save_buckets, save_merging, scope_key
 from .errors import StateConflictError
 from .ids import TurnIds
 from .keys import escape_segment, parse_key
@@ -45,7 +45,7 @@ async def edit_state(
     retries: int = 3,
 ) -> B:
     """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`."""
-    _check_retries(retries)
+    check_retries(retries)
     failures = 0
     while True:
         bucket = await read_state(storage, cls, ids)
@@ -70,20 +70,10 @@ async def open_state(
     On a conflict the block's changes are rebased onto the newer version and written again;
     `StateConflictError` when both changed the same paths or the retries run out.
     """
-    _check_retries(retries)
+    check_retries(retries)
     bucket = await read_state(storage, cls, ids)
     yield bucket
-    failures = 0
-    while True:
-        try:
-            await save_buckets(storage, [bucket])
-            return
-        except StateConflictError as exc:
-            failures += 1
-            if failures > retries:
-                raise _exhausted(bucket, retries, exc) from exc
-        found = await storage.read([bucket.key])  # type: ignore[list-item]
-        bucket.rebase(found.get(bucket.key))  # type: ignore[arg-type]
+    await save_merging(storage, [bucket], retries=retries, strict=False)
 
 
 def open_user(
@@ -126,11 +116,6 @@ async def _list_ids(
             continue
         if parsed.scope == scope:
             yield parsed.user if scope == "user" else parsed.conversation  # type: ignore[misc]
-
-
-def _check_retries(retries: int) -> None:
-    if type(retries) is not int or retries < 0:
-        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
 
 
 def _exhausted(bucket: AgentState, retries: int, cause: StateConflictError) -> StateConflictError:

@@ -386,5 +386,60 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
         pending[key][0].mark_saved(etag)
 
 
+async def save_merging(
+    storage: Storage, buckets: list[AgentState], *, retries: int, strict: bool
+) -> None:
+    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase, write again.
+
+    At most `retries` merges; `strict` also refuses a change both writers made (two turns
+    that each add 1 agree on the result but must not count once). `StateConflictError`
+    names the scopes and paths, and in `written` every bucket stored along the way.
+    """
+    check_retries(retries)
+    written: dict[str, str] = {}
+    for attempt in range(retries + 1):
+        try:
+            await save_buckets(storage, buckets)
+            return
+        except StateConflictError as exc:
+            written.update(exc.written)
+            failed = exc
+        if attempt < retries:
+            await _rebase(storage, buckets, failed.keys, written, strict)
+    raise StateConflictError(
+        failed.keys,
+        written,
+        scopes=failed.scopes,
+        message=f"gave up after {retries + 1} conflicting writes of "
+        f"{', '.join(map(repr, failed.scopes))} state",
+    ) from failed
+
+
+def check_retries(retries: object) -> None:
+    """Refuse a retry count that is not an int >= 0 (before anything is read or written)."""
+    if type(retries) is not int or retries < 0:
+        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+
+
+async def _rebase(
+    storage: Storage,
+    buckets: list[AgentState],
+    keys: list[str],
+    written: dict[str, str],
+    strict: bool,
+) -> None:
+    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
+    found = await storage.read(keys)
+    by_key = {bucket.key: bucket for bucket in buckets}
+    for key in keys:
+        bucket = by_key[key]
+        try:
+            bucket.rebase(found.get(key), strict=strict)  # type: ignore[arg-type]
+        except StateConflictError as exc:  # the same error, naming what was written
+            raise StateConflictError(
+                [key], written, scopes=[bucket.scope], paths=exc.paths, message=exc.reason
+            ) from exc
+
+
 def _is_scope_name(name: object) -> bool:
     return isinstance(name, str) and name.isidentifier() and name.islower() and name[0] != "_"

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from backends.base import Storage, StoreItem
 
 from . import typed
-from .bucket import AgentState, save_buckets, scope_key
-from .errors import MissingIdError, ScopeError, StateConflictError, StatePathError
+from .bucket import AgentState, save_merging, scope_key
+from .errors import MissingIdError, ScopeError, StatePathError
 from .ids import TurnIds
 from .paths import MISSING, delete_in, set_in, split_path
 from .scopes import BUILTIN_SCOPES
@@ -69,28 +69,8 @@ class TurnState:
         the bucket was deleted meanwhile, or when the retries run out; its `written` names
         the buckets stored anyway.
         """
-        if type(retries) is not int or retries < 0:
-            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         buckets = [bucket for bucket in self._buckets.values() if bucket.persisted]
-        written: dict[str, str] = {}
-        attempt = 0
-        while True:
-            try:
-                await save_buckets(storage, buckets)
-                return
-            except StateConflictError as exc:
-                written.update(exc.written)
-                failed = exc
-            if attempt == retries:
-                raise StateConflictError(
-                    failed.keys,
-                    written,
-                    scopes=failed.scopes,
-                    message=f"gave up after {retries + 1} conflicting writes of "
-                    f"{', '.join(map(repr, failed.scopes))} state",
-                ) from failed
-            attempt += 1
-            await _rebase(storage, buckets, failed.keys, written)
+        await save_merging(storage, buckets, retries=retries, strict=True)
 
     def scope(self, name: str) -> AgentState:
         """The bucket of a scope; `MissingIdError` if the turn lacks an id its key needs."""
@@ -202,22 +182,6 @@ class TurnState:
                 raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
             return self.scope(first), split_path(rest)
         return self.scope("session"), split_path(path)
-
-
-async def _rebase(
-    storage: Storage, buckets: list[AgentState], keys: list[str], written: dict[str, str]
-) -> None:
-    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
-    found = await storage.read(keys)
-    by_key = {bucket.key: bucket for bucket in buckets}
-    for key in keys:
-        bucket = by_key[key]
-        try:
-            bucket.rebase(found.get(key), strict=True)  # type: ignore[arg-type]
-        except StateConflictError as exc:  # the same error, naming what was written
-            raise StateConflictError(
-                [key], written, scopes=[bucket.scope], paths=exc.paths, message=exc.reason
-            ) from exc
 
 
 _RESERVED = frozenset(name for name in dir(TurnState) if not name.startswith("_"))
