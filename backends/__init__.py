@@ -1,7 +1,7 @@
 """Storage backends: one contract (`Storage`), one error set, one stored envelope."""
 
-from .base import ANY, SharedItem, Storage, StoreItem
-from .errors import (
+from ._base import ANY, SharedItem, Storage, StoreItem
+from ._errors import (
     ConflictError,
     FormatError,
     InvalidKeyError,
@@ -11,9 +11,9 @@ from .errors import (
     StorageError,
     StorageUnavailableError,
 )
-from .file import FileStorage
-from .memory import MemoryStorage
-from .registry import open_storage
+from ._file import FileStorage
+from ._memory import MemoryStorage
+from ._registry import open_storage
 
 __all__ = [
     "ANY",

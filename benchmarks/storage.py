@@ -26,9 +26,7 @@ from pathlib import Path
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from backends import ANY, FileStorage, MemoryStorage, Storage, StoreItem  # noqa: E402
+from agent_state.backends import ANY, FileStorage, MemoryStorage, Storage, StoreItem
 
 SECONDS = 1.0
 KEY = "bench/users/ada"

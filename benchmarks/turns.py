@@ -30,12 +30,12 @@ from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
-from backends import MemoryStorage, StoreItem
-from state.activity import Activity
-from state.app import AgentApplication
-from state.context import TurnContext
-from state.keys import conversation_key
-from state.turn_state import TurnState
+from agent_state._activity import Activity
+from agent_state._app import AgentApplication
+from agent_state._context import TurnContext
+from agent_state._keys import conversation_key
+from agent_state._turn_state import TurnState
+from agent_state.backends import MemoryStorage, StoreItem
 
 POOL = 500
 """Conversations the turns rotate over (keeps ADK's per-session event list short)."""

@@ -15,10 +15,10 @@ import asyncio
 import os
 from pathlib import Path
 
-from backends import FileStorage
-from state.background import edit_state, list_users, open_user, read_state
-from state.ids import TurnIds
-from state.scopes import UserState
+from agent_state._background import edit_state, list_users, open_user, read_state
+from agent_state._ids import TurnIds
+from agent_state._scopes import UserState
+from agent_state.backends import FileStorage
 
 CHANNEL = "quickstart"
 DEFAULT_DIR = "./.quickstart-state"

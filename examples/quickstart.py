@@ -17,12 +17,12 @@ import os
 import re
 from pathlib import Path
 
-from backends import FileStorage
-from state.activity import Activity
-from state.app import AgentApplication
-from state.context import TurnContext
-from state.keys import parse_key
-from state.turn_state import TurnState
+from agent_state._activity import Activity
+from agent_state._app import AgentApplication
+from agent_state._context import TurnContext
+from agent_state._keys import parse_key
+from agent_state._turn_state import TurnState
+from agent_state.backends import FileStorage
 
 DEFAULT_DIR = "./.quickstart-state"
 DIR_VARIABLE = "AGENT_STATE_QUICKSTART_DIR"

@@ -3,9 +3,9 @@
 The names most handlers and jobs need; submodules hold the rest.
 """
 
-from .activity import Activity, ChannelAccount, ConversationAccount
-from .app import AgentApplication
-from .background import (
+from ._activity import Activity, ChannelAccount, ConversationAccount
+from ._app import AgentApplication
+from ._background import (
     edit_state,
     list_conversations,
     list_users,
@@ -13,9 +13,9 @@ from .background import (
     open_user,
     read_state,
 )
-from .bucket import AgentState
-from .context import TurnContext
-from .errors import (
+from ._bucket import AgentState
+from ._context import TurnContext
+from ._errors import (
     MissingIdError,
     ScopeError,
     StateConflictError,
@@ -24,9 +24,9 @@ from .errors import (
     StateValidationError,
     StateValueError,
 )
-from .ids import TurnIds
-from .scopes import AppState, ConversationState, SessionState, TempState, UserState
-from .turn_state import TurnState
+from ._ids import TurnIds
+from ._scopes import AppState, ConversationState, SessionState, TempState, UserState
+from ._turn_state import TurnState
 
 __all__ = [
     "Activity",

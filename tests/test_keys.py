@@ -8,9 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.errors import InvalidKeyError
-from backends.keys import check_key
-from state.keys import (
+from agent_state._keys import (
     ParsedKey,
     app_key,
     conversation_key,
@@ -20,6 +18,8 @@ from state.keys import (
     unescape_segment,
     user_key,
 )
+from agent_state.backends._errors import InvalidKeyError
+from agent_state.backends._keys import check_key
 
 ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
 

@@ -8,8 +8,8 @@ from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 from pydantic import ValidationError
 
-from state.activity import Activity
-from state.context import TurnContext
+from agent_state._activity import Activity
+from agent_state._context import TurnContext
 
 WIRE = {
     "type": "message",

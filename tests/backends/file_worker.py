@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import sys
 
-from backends import ConflictError, FileStorage, StoreItem
+from agent_state.backends import ConflictError, FileStorage, StoreItem
 
 
 def checked_document(seq: int, size: int) -> dict[str, object]:

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends import (
+from agent_state._keys import user_key
+from agent_state.backends import (
     ConflictError,
     FileStorage,
     FormatError,
@@ -28,12 +29,11 @@ from backends import (
     StoreItem,
     open_storage,
 )
-from backends.envelope import wrap
-from backends.file import LOCK_DIR, STALE_TEMP_SECONDS
-from backends.fileio import TEMP_PREFIX
-from backends.filelock import StripedFileLocks
-from backends.filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
-from state.keys import user_key
+from agent_state.backends._envelope import wrap
+from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
+from agent_state.backends._fileio import TEMP_PREFIX
+from agent_state.backends._filelock import StripedFileLocks
+from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
 from tests.backends.file_worker import checked_document
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,8 @@ from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from backends import (
+from agent_state._keys import conversation_key, session_key, user_key
+from agent_state.backends import (
     ConflictError,
     FormatError,
     StorageConfigError,
@@ -34,11 +35,10 @@ from backends import (
     StoreItem,
     open_storage,
 )
-from backends.envelope import wrap
-from backends.redis import RedisStorage
-from backends.redis_layout import KeyLayout
-from backends.redis_scripts import split_stored, stored_value
-from state.keys import conversation_key, session_key, user_key
+from agent_state.backends._envelope import wrap
+from agent_state.backends._redis import RedisStorage
+from agent_state.backends._redis_layout import KeyLayout
+from agent_state.backends._redis_scripts import split_stored, stored_value
 from tests.conformance.harness_redis import (
     CLUSTER_URL,
     STANDALONE_URL,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends import MemoryStorage, StorageConfigError, StoreItem, open_storage
+from agent_state.backends import MemoryStorage, StorageConfigError, StoreItem, open_storage
 
 
 async def test_memory_urls_give_isolated_stores():

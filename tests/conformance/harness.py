@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from backends.base import Storage
+from agent_state.backends._base import Storage
 
 
 @dataclass

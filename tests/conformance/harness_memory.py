@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 
-from backends.memory import MemoryStorage, _Entry
+from agent_state.backends._memory import MemoryStorage, _Entry
 from tests.conformance.harness import Harness
 
 _raw_versions = itertools.count(1)

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from backends.redis import RedisStorage
-from backends.redis_scripts import split_stored, stored_value
+from agent_state.backends._redis import RedisStorage
+from agent_state.backends._redis_scripts import split_stored, stored_value
 from tests.conformance.harness import Harness
 from tests.conftest import server_missing
 

@@ -10,7 +10,8 @@ import time
 import orjson
 import pytest
 
-from backends import (
+from agent_state._keys import conversation_key, session_key, user_key
+from agent_state.backends import (
     ConflictError,
     FormatError,
     InvalidKeyError,
@@ -19,8 +20,7 @@ from backends import (
     StorageUnavailableError,
     StoreItem,
 )
-from backends.base import EncodedItem
-from state.keys import conversation_key, session_key, user_key
+from agent_state.backends._base import EncodedItem
 from tests.conformance.harness import Harness
 
 

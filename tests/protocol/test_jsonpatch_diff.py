@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from jsonpatch_support import json_equal
 
-from state.protocol import apply_patch, make_patch
+from agent_state.jsonpatch import apply_patch, make_patch
 
 
 def roundtrip(a: Any, b: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jsonpatch_support import snapshot
 
-from state.protocol import (
+from agent_state.jsonpatch import (
     PatchConflictError,
     PatchFormatError,
     ProtocolError,

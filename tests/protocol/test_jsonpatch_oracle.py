@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonpatch_support import edited, json_equal, json_values, operations
 
-from state.protocol import ProtocolError, apply_patch, make_patch
+from agent_state.jsonpatch import ProtocolError, apply_patch, make_patch
 
 jsonpatch = pytest.importorskip("jsonpatch")
 jsonpointer = pytest.importorskip("jsonpointer")

@@ -22,9 +22,9 @@ from jsonpatch_support import (
     twisted,
 )
 
-from state.protocol import PatchConflictError, ProtocolError, apply_patch, make_patch
-from state.protocol.values import equal_flags, equal_prefix, equal_suffix
-from state.protocol.values import json_equal as engine_json_equal
+from agent_state.jsonpatch import PatchConflictError, ProtocolError, apply_patch, make_patch
+from agent_state.jsonpatch._values import equal_flags, equal_prefix, equal_suffix
+from agent_state.jsonpatch._values import json_equal as engine_json_equal
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAILING_LAST_OPS = [

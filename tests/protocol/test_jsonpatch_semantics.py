@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from jsonpatch_support import json_equal, snapshot
 
-from state.protocol import apply_patch, escape, unescape
-from state.protocol.errors import PatchConflictError
+from agent_state.jsonpatch import apply_patch, escape, unescape
+from agent_state.jsonpatch._errors import PatchConflictError
 
 
 @pytest.mark.parametrize(

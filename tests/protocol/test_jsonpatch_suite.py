@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonpatch_support import json_equal, snapshot
 
-from state.protocol import PatchConflictError, PatchFormatError, apply_patch
+from agent_state.jsonpatch import PatchConflictError, PatchFormatError, apply_patch
 
 SUITE = Path(__file__).resolve().parents[2].parent / "shared" / "json-patch-tests"
 if not SUITE.is_dir():

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from backends import MemoryStorage, StoreItem
+from agent_state.backends import MemoryStorage, StoreItem
 
 
 class CountingStorage(MemoryStorage):

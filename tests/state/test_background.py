@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 
-from backends import MemoryStorage, StoreItem
-from state.background import (
+from agent_state._background import (
     edit_state,
     list_conversations,
     list_users,
@@ -15,10 +14,11 @@ from state.background import (
     open_user,
     read_state,
 )
-from state.errors import MissingIdError, StateConflictError
-from state.ids import TurnIds
-from state.keys import app_key, conversation_key, session_key, user_key
-from state.scopes import AppState, ConversationState, SessionState, UserState
+from agent_state._errors import MissingIdError, StateConflictError
+from agent_state._ids import TurnIds
+from agent_state._keys import app_key, conversation_key, session_key, user_key
+from agent_state._scopes import AppState, ConversationState, SessionState, UserState
+from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 
 ADA = TurnIds(channel_id="msteams", user_id="29:ada")

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends import StoreItem
-from state.bucket import AgentState
-from state.errors import ScopeError, StateConflictError, StateError, StateValueError
-from state.ids import TurnIds
-from state.protocol.jsonpatch import apply_patch
-from state.scopes import TempState, UserState
+from agent_state._bucket import AgentState
+from agent_state._errors import ScopeError, StateConflictError, StateError, StateValueError
+from agent_state._ids import TurnIds
+from agent_state._scopes import TempState, UserState
+from agent_state.backends import StoreItem
+from agent_state.jsonpatch._apply import apply_patch
 
 FALSY = [0, 0.0, "", False, [], {}, None]
 

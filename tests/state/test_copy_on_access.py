@@ -16,13 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from backends import MemoryStorage, StoreItem
-from backends.base import EncodedItem, SharedItem
-from state.background import open_state
-from state.ids import TurnIds
-from state.keys import conversation_key
-from state.scopes import ConversationState, UserState
-from state.turn_state import TurnState
+from agent_state._background import open_state
+from agent_state._ids import TurnIds
+from agent_state._keys import conversation_key
+from agent_state._scopes import ConversationState, UserState
+from agent_state._turn_state import TurnState
+from agent_state.backends import MemoryStorage, StoreItem
+from agent_state.backends._base import EncodedItem, SharedItem
 
 IDS = TurnIds(channel_id="msteams", user_id="29:ada", conversation_id="19:c", app_name="bot")
 KEY = conversation_key("msteams", "19:c")

@@ -6,19 +6,18 @@ import dataclasses
 
 import pytest
 
-from backends import MemoryStorage, StoreItem
-from state.background import read_state
-from state.bucket import AgentState
-from state.errors import (
+from agent_state._background import read_state
+from agent_state._bucket import AgentState
+from agent_state._errors import (
     MissingIdError,
     ScopeError,
     StateConflictError,
     StatePathError,
     StateValueError,
 )
-from state.ids import TurnIds
-from state.keys import app_key, conversation_key, escape_segment, session_key, user_key
-from state.scopes import (
+from agent_state._ids import TurnIds
+from agent_state._keys import app_key, conversation_key, escape_segment, session_key, user_key
+from agent_state._scopes import (
     BUILTIN_SCOPES,
     AppState,
     ConversationState,
@@ -26,7 +25,8 @@ from state.scopes import (
     TempState,
     UserState,
 )
-from state.turn_state import Scopes, TurnState
+from agent_state._turn_state import Scopes, TurnState
+from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 
 IDS = TurnIds(
@@ -370,8 +370,8 @@ def _item(value):
 
 
 def test_an_application_checks_its_custom_scopes_when_built():
-    from backends import MemoryStorage
-    from state.app import AgentApplication
+    from agent_state._app import AgentApplication
+    from agent_state.backends import MemoryStorage
 
     with pytest.raises(ScopeError):
         AgentApplication(MemoryStorage(), custom_scopes=[dict])  # type: ignore[list-item]

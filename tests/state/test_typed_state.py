@@ -6,13 +6,13 @@ import jsonpatch
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from backends import StoreItem
-from state.errors import StatePathError, StateValidationError, StateValueError
-from state.ids import TurnIds
-from state.protocol.jsonpatch import apply_patch
-from state.scopes import UserState
-from state.turn_state import TurnState
-from state.typed import SCHEMA_FIELD
+from agent_state._errors import StatePathError, StateValidationError, StateValueError
+from agent_state._ids import TurnIds
+from agent_state._scopes import UserState
+from agent_state._turn_state import TurnState
+from agent_state._typed import SCHEMA_FIELD
+from agent_state.backends import StoreItem
+from agent_state.jsonpatch._apply import apply_patch
 
 IDS = TurnIds(channel_id="msteams", user_id="29:ada", conversation_id="19:c", app_name="bot")
 KEY = "msteams/users/29:ada"

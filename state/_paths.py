@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from .errors import StatePathError, StateValueError
+from ._errors import StatePathError, StateValueError
 
 MISSING: Any = object()
 """Returned by lookups for a member that does not exist (None is a value, not a miss)."""

@@ -17,14 +17,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TypeVar
 
-from backends.base import Storage
-from backends.errors import InvalidKeyError
-
-from .bucket import AgentState, check_retries, load_buckets, save_buckets, save_merging, scope_key
-from .errors import StateConflictError
-from .ids import TurnIds
-from .keys import escape_segment, parse_key
-from .scopes import UserState
+from ._bucket import AgentState, check_retries, load_buckets, save_buckets, save_merging, scope_key
+from ._errors import StateConflictError
+from ._ids import TurnIds
+from ._keys import escape_segment, parse_key
+from ._scopes import UserState
+from .backends._base import Storage
+from .backends._errors import InvalidKeyError
 
 B = TypeVar("B", bound=AgentState)
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from .base import ANY, PreparedWrite, SharedItem, Storage, StoreItem
-from .envelope import unwrap, wrap
-from .errors import ConflictError
+from ._base import ANY, PreparedWrite, SharedItem, Storage, StoreItem
+from ._envelope import unwrap, wrap
+from ._errors import ConflictError
 
 _MISSING = object()
 _IMMUTABLE = (str, int, float, bool, type(None))

@@ -7,9 +7,9 @@ from collections.abc import Hashable
 from itertools import compress
 from typing import Any
 
-from .align import Run, differing_runs
-from .pointer import escape
-from .values import (
+from ._align import Run, differing_runs
+from ._pointer import escape
+from ._values import (
     clone,
     equal_flags,
     equal_prefix,

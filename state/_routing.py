@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .context import TurnContext
+from ._context import TurnContext
 
 if TYPE_CHECKING:
-    from .turn_state import TurnState
+    from ._turn_state import TurnState
 
 Handler = Callable[[TurnContext, "TurnState"], Awaitable[None]]
 """`async def handler(ctx, state) -> None`."""

@@ -22,13 +22,13 @@ from urllib.parse import unquote
 
 import aiofiles.os
 
-from . import fileio
-from .base import ANY, PreparedWrite, Storage, StoreItem
-from .envelope import unwrap, wrap
-from .errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
-from .filelock import StripedFileLocks
-from .filenames import is_hashed, key_for_name, name_for_key
-from .keys import check_key
+from . import _fileio as fileio
+from ._base import ANY, PreparedWrite, Storage, StoreItem
+from ._envelope import unwrap, wrap
+from ._errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
+from ._filelock import StripedFileLocks
+from ._filenames import is_hashed, key_for_name, name_for_key
+from ._keys import check_key
 
 T = TypeVar("T")
 

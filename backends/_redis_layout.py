@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import StorageConfigError
-from .keys import check_key
+from ._errors import StorageConfigError
+from ._keys import check_key
 
 _CONVERSATION = r".+/conversations/[^/]+"
 _GROUP = re.compile(rf"({_CONVERSATION})(?:/users/[^/]+)?", re.DOTALL)

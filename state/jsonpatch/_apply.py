@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .errors import PatchConflictError, PatchFormatError
-from .pointer import parse_pointer
-from .values import clone, json_equal
+from ._errors import PatchConflictError, PatchFormatError
+from ._pointer import parse_pointer
+from ._values import clone, json_equal
 
 __all__ = ["apply_patch", "validate_patch"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import MissingIdError
+from ._errors import MissingIdError
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,14 +15,13 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from backends.base import Storage, StoreItem
-
-from . import typed
-from .bucket import AgentState, save_merging, scope_key
-from .errors import MissingIdError, ScopeError, StatePathError
-from .ids import TurnIds
-from .paths import MISSING, delete_in, set_in, split_path
-from .scopes import BUILTIN_SCOPES
+from . import _typed as typed
+from ._bucket import AgentState, save_merging, scope_key
+from ._errors import MissingIdError, ScopeError, StatePathError
+from ._ids import TurnIds
+from ._paths import MISSING, delete_in, set_in, split_path
+from ._scopes import BUILTIN_SCOPES
+from .backends._base import Storage, StoreItem
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
 PLAN_CACHE_SIZE = 4096

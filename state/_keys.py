@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from backends.errors import InvalidKeyError
+from .backends._errors import InvalidKeyError
 
 _SAFE = "-_.:@~"
 _PLAIN = re.compile(r"[A-Za-z0-9\-_.:@~]+")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import string
 
-from .errors import InvalidKeyError
-from .keys import check_key
+from ._errors import InvalidKeyError
+from ._keys import check_key
 
 MAX_NAME_BYTES = 255
 HASHED_PREFIX = "#"

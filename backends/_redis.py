@@ -19,11 +19,11 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .base import ANY, PreparedWrite, Storage, StoreItem
-from .envelope import unwrap, wrap
-from .errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
-from .redis_layout import KeyLayout
-from .redis_scripts import DELETE, WRITE, LuaScript, split_stored
+from ._base import ANY, PreparedWrite, Storage, StoreItem
+from ._envelope import unwrap, wrap
+from ._errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
+from ._redis_layout import KeyLayout
+from ._redis_scripts import DELETE, WRITE, LuaScript, split_stored
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds to connect or to wait for a reply before a call fails with StorageUnavailableError."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from .errors import FormatError, InvalidValueError
+from ._errors import FormatError, InvalidValueError
 
 FORMAT_VERSION = 1
 _HEAD = b'{"v":%d,"key":' % FORMAT_VERSION

@@ -6,14 +6,14 @@ import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
-from .base import Storage
-from .errors import StorageConfigError
+from ._base import Storage
+from ._errors import StorageConfigError
 
 _SCHEMES: dict[str, str] = {
-    "memory": "backends.memory:MemoryStorage",
-    "redis": "backends.redis:RedisStorage",
-    "rediss": "backends.redis:RedisStorage",
-    "file": "backends.file:FileStorage",
+    "memory": "agent_state.backends._memory:MemoryStorage",
+    "redis": "agent_state.backends._redis:RedisStorage",
+    "rediss": "agent_state.backends._redis:RedisStorage",
+    "file": "agent_state.backends._file:FileStorage",
 }
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from .envelope import dump_data
-from .errors import InvalidValueError, StateTooLargeError, StorageUnavailableError
-from .keys import check_key, check_keys, check_prefix
+from ._envelope import dump_data
+from ._errors import InvalidValueError, StateTooLargeError, StorageUnavailableError
+from ._keys import check_key, check_keys, check_prefix
 
 ANY = "*"
 """Precondition for an unconditional write."""

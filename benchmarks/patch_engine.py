@@ -13,28 +13,20 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from state.protocol import apply_patch, make_patch
+from agent_state.jsonpatch import apply_patch, make_patch
 
 BUDGET = 0.4  # seconds of timed calls per measurement (at least MIN_RUNS calls)
 MIN_RUNS = 3
 Patch = list[dict[str, Any]]
 
 
-def import_library(name: str) -> ModuleType:
-    """Import an installed library, not this script, which shares jsonpatch's name and folder."""
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    return importlib.import_module(name)
-
-
 def import_fastjsonpatch() -> tuple[ModuleType | None, str]:
     """fastjsonpatch, or None with the reason it can't be measured here."""
     try:
-        return import_library("fastjsonpatch"), ""
+        return importlib.import_module("fastjsonpatch"), ""
     except ImportError:
         if sys.version_info < (3, 12):
             return None, "n/a (needs Python 3.12)"
@@ -242,7 +234,7 @@ def bench_diff(jsonpatch: ModuleType, fast: ModuleType | None, fast_note: str) -
 
 
 def main() -> None:
-    jsonpatch = import_library("jsonpatch")
+    jsonpatch = importlib.import_module("jsonpatch")
     fast, fast_note = import_fastjsonpatch()
     print(
         f"Python {sys.version.split()[0]}, jsonpatch {jsonpatch.__version__},"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import InvalidKeyError
+from ._errors import InvalidKeyError
 
 
 def check_key(key: object) -> str:

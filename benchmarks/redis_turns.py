@@ -1,6 +1,6 @@
 """Turns per second on Redis next to the floor measured in the same run: a raw GET + SET per turn.
 
-Run from the repository root: `.venv/bin/python -m benchmarks.redis [--url URL] [--turns N]`.
+Run from the repository root: `.venv/bin/python benchmarks/redis_turns.py [--url URL] [--turns N]`.
 Without `--url` (or `$AGENT_STATE_REDIS_URL`) it starts a private `redis-server` on a free port
 and stops it by its PID at the end. Targets: a changed turn reaches at least 50% of the floor's
 turns per second in exactly 2 round trips; an unchanged turn takes 1.
@@ -8,18 +8,13 @@ turns per second in exactly 2 round trips; an unchanged turn takes 1.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if not __package__:  # run as a file: benchmarks/ first on sys.path would shadow redis-py
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
 import argparse
 import asyncio
 import os
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -30,11 +25,11 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from backends import StoreItem
-from backends.envelope import dump_data, wrap
-from backends.redis import RedisStorage
-from state.app import AgentApplication
-from state.keys import conversation_key, session_key, user_key
+from agent_state._app import AgentApplication
+from agent_state._keys import conversation_key, session_key, user_key
+from agent_state.backends import StoreItem
+from agent_state.backends._envelope import dump_data, wrap
+from agent_state.backends._redis import RedisStorage
 
 FLOOR_SHARE = 0.5
 CONVERSATIONS = 100

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from .errors import PatchFormatError
+from ._errors import PatchFormatError
 
 _BAD_ESCAPE = re.compile(r"~(?![01])")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from backends.errors import ConflictError
+from .backends._errors import ConflictError
 
 
 class StateError(Exception):

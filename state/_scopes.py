@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .bucket import AgentState
-from .ids import TurnIds
-from .keys import app_key, conversation_key, session_key, user_key
+from ._bucket import AgentState
+from ._ids import TurnIds
+from ._keys import app_key, conversation_key, session_key, user_key
 
 
 class UserState(AgentState):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from .envelope import FORMAT_VERSION
+from ._envelope import FORMAT_VERSION
 
 TEMP_PREFIX = ".tmp-"
 """Temp files of writes in flight; like every name starting with `.`, never a key's file."""

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
-from .errors import StateValidationError, StateValueError
+from ._errors import StateValidationError, StateValueError
 
 if TYPE_CHECKING:
-    from .bucket import AgentState
+    from ._bucket import AgentState
 
 SCHEMA_FIELD = "_schema"
 Migration = Callable[[dict[str, Any]], dict[str, Any]]

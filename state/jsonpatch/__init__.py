@@ -1,9 +1,9 @@
 """State protocol layer: an RFC 6902 JSON Patch engine under the AG-UI state events."""
 
-from .diff import make_patch
-from .errors import PatchConflictError, PatchFormatError, ProtocolError
-from .jsonpatch import apply_patch, validate_patch
-from .pointer import escape, unescape
+from ._apply import apply_patch, validate_patch
+from ._diff import make_patch
+from ._errors import PatchConflictError, PatchFormatError, ProtocolError
+from ._pointer import escape, unescape
 
 __all__ = [
     "PatchConflictError",

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from .errors import StorageConfigError
+from ._errors import StorageConfigError
 
 try:
     import fcntl

@@ -14,14 +14,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from backends import Storage
-
-from .activity import Activity
-from .bucket import AgentState
-from .context import TurnContext
-from .ids import TurnIds
-from .routing import Handler, Route, Selector, first_match, text_selector, type_selector
-from .turn_state import Scopes, TurnState
+from ._activity import Activity
+from ._bucket import AgentState
+from ._context import TurnContext
+from ._ids import TurnIds
+from ._routing import Handler, Route, Selector, first_match, text_selector, type_selector
+from ._turn_state import Scopes, TurnState
+from .backends import Storage
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
 """`async def hook(ctx, state)`; returning `False` stops the hooks after it."""

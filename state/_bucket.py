@@ -22,15 +22,14 @@ from typing import Any, ClassVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from backends.base import EncodedItem, SharedItem, Storage, StoreItem
-from backends.errors import ConflictError
-
-from . import typed
-from .errors import ScopeError, StateConflictError, StateError, StateValueError
-from .ids import TurnIds
-from .keys import escape_segment
-from .paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
-from .protocol import PatchConflictError, apply_patch, make_patch
+from . import _typed as typed
+from ._errors import ScopeError, StateConflictError, StateError, StateValueError
+from ._ids import TurnIds
+from ._keys import escape_segment
+from ._paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
+from .backends._base import EncodedItem, SharedItem, Storage, StoreItem
+from .backends._errors import ConflictError
+from .jsonpatch import PatchConflictError, apply_patch, make_patch
 
 _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 _CONTAINERS = (dict, list)

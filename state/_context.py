@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .activity import Activity
+from ._activity import Activity
 
 if TYPE_CHECKING:
-    from .turn_state import TurnState
+    from ._turn_state import TurnState
 
 
 class TurnContext:
