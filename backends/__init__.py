@@ -1,6 +1,30 @@
-"""Storage backends: one contract (`Storage`), one error set, one stored envelope."""
+"""Storage backends: one contract (`Storage`), one error set, one stored envelope.
 
-from ._base import ANY, SharedItem, Storage, StoreItem
+Backends whose SDK is an optional extra (`RedisStorage`, `BlobStorage`, `CosmosStorage`)
+are imported on first use, so `import agent_state.backends` needs none of the SDKs. The
+names for writing a backend of your own (`PreparedWrite`, `CONFLICT`, `Outcomes`, the
+helpers and the envelope) are here too; `agent_state.backends.testing` checks one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._base import (
+    ANY,
+    CONFLICT,
+    Outcomes,
+    PreparedWrite,
+    Storage,
+    StoreItem,
+    WriteGroup,
+    expired,
+    precondition_holds,
+    unavailable,
+    whole_key,
+)
+from ._envelope import Envelope, unwrap, wrap
 from ._errors import (
     ConflictError,
     FormatError,
@@ -13,22 +37,47 @@ from ._errors import (
 )
 from ._file import FileStorage
 from ._memory import MemoryStorage
-from ._registry import open_storage
+
+if TYPE_CHECKING:
+    from ._blob import BlobStorage
+    from ._cosmos import CosmosStorage
+    from ._redis import RedisStorage
+
+_OPTIONAL = {"RedisStorage": "._redis", "BlobStorage": "._blob", "CosmosStorage": "._cosmos"}
 
 __all__ = [
     "ANY",
+    "BlobStorage",
+    "CONFLICT",
     "ConflictError",
+    "CosmosStorage",
+    "Envelope",
     "FileStorage",
     "FormatError",
     "InvalidKeyError",
     "InvalidValueError",
     "MemoryStorage",
-    "SharedItem",
+    "Outcomes",
+    "PreparedWrite",
+    "RedisStorage",
     "StateTooLargeError",
     "Storage",
     "StorageConfigError",
     "StorageError",
     "StorageUnavailableError",
     "StoreItem",
-    "open_storage",
+    "WriteGroup",
+    "expired",
+    "precondition_holds",
+    "unavailable",
+    "unwrap",
+    "whole_key",
+    "wrap",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _OPTIONAL.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

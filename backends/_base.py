@@ -2,24 +2,61 @@
 
 `Storage` validates every argument and serializes every document before calling the
 backend's primitives, so bad input fails before any I/O and a size guard fails before
-anything of the batch is written.
+anything of the batch is written. Primitives report per-key outcomes; this class alone
+turns them into `ConflictError`, and tells a caller which keys an I/O failure left written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from ._envelope import dump_data
-from ._errors import InvalidValueError, StateTooLargeError, StorageUnavailableError
+from ._errors import (
+    ConflictError,
+    InvalidKeyError,
+    InvalidValueError,
+    StateTooLargeError,
+    StorageError,
+    StorageUnavailableError,
+)
 from ._keys import check_key, check_keys, check_prefix
 
-ANY = "*"
+ANY: Final = "*"
 """Precondition for an unconditional write."""
+
+WriteGroup = Callable[[str], str]
+"""Maps a key to its write group: its first segments (a prefix ending at a `/` or the whole
+key), naming the keys one atomic write can hold together (a Redis hash slot, a Cosmos DB
+partition). It must depend on the key alone: backends derive where a key lives from it."""
+
+
+def whole_key(key: str) -> str:
+    """The default write group: every key on its own."""
+    return key
+
+
+class _Conflict:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CONFLICT"
+
+
+CONFLICT: Final = _Conflict()
+"""A primitive's outcome for a key whose precondition failed."""
+
+Outcomes = dict[str, "str | _Conflict"]
+"""What a write or delete primitive reports per key: its new etag (written; for a delete,
+any str), `CONFLICT`, or nothing (not written, as when an atomic batch is refused)."""
+
+_Documents = list  # the builtin, before `Storage.list` shadows the name in the class body
 
 
 @dataclass(slots=True)
@@ -28,42 +65,51 @@ class StoreItem:
 
     On `write`, `etag` is the precondition: a version string (write only if the stored
     version is still that one), `None` (only if the key does not exist) or `"*"` (always).
+    `data` is the document's JSON bytes: on `read`, the stored ones where the backend has
+    them at no cost (a change baseline), else None; on `write`, a caller that already holds
+    `orjson.dumps(value)` passes it, and it is stored as is instead of serializing again.
     """
 
     value: dict[str, Any]
     etag: str | None = None
-
-
-@dataclass(slots=True)
-class SharedItem(StoreItem):
-    """What `read_shared` returns: a value that may be shared, and its serialized `data`.
-
-    `data` is the stored document's JSON bytes where the backend holds them at no cost, else
-    None. For documents written by this library it equals `orjson.dumps(value)`; callers that
-    use it as a change baseline get at worst a redundant write if a backend's bytes differ.
-    """
-
-    data: bytes | None = None
-
-
-@dataclass(slots=True)
-class EncodedItem(StoreItem):
-    """A change whose value the framework already serialized: `data` is `orjson.dumps(value)`.
-
-    Internal to agent-state (buckets build it): `write` stores `data` as it is, after the size
-    check, instead of serializing `value` again, so the two must agree.
-    """
-
-    data: bytes = field(kw_only=True)
+    data: bytes | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedWrite:
-    """A validated write handed to a backend: key, serialized data and precondition."""
+    """A validated write handed to a primitive: the document, its bytes, its precondition
+    (an etag, None for create-only, `ANY`) and its write group."""
 
     key: str
+    value: dict[str, Any]
     data: bytes
     expected: str | None
+    group: str
+
+
+def precondition_holds(expected: str | None, current: str | None) -> bool:
+    """Whether a precondition holds given the stored etag (`current`, None if absent)."""
+    if expected == ANY:
+        return True
+    if expected is None:
+        return current is None
+    return current == expected
+
+
+def expired(expires_at: float | None, now: float | None = None) -> bool:
+    """Whether a document with this expiry (Unix time, None for never) is gone at `now`."""
+    return expires_at is not None and (time.time() if now is None else now) >= expires_at
+
+
+@contextlib.contextmanager
+def unavailable(what: str, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Map the given I/O or SDK errors to `StorageUnavailableError` (cause chained)."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except errors as exc:
+        raise StorageUnavailableError(f"{what}: {exc}") from exc
 
 
 class Storage(ABC):
@@ -78,51 +124,80 @@ class Storage(ABC):
     atomic_batches: bool = False
     """True where a whole `write` batch is applied all-or-nothing."""
 
+    atomic_groups: bool = False
+    """True where the keys of one write group in a batch are applied all-or-nothing."""
+
+    supports_ttl: bool = True
+    """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""
+
     _closed: bool = False
 
+    def __init__(
+        self, *, write_group: WriteGroup | None = None, max_document_bytes: int | None = None
+    ) -> None:
+        if write_group is not None and not callable(write_group):
+            raise InvalidValueError("write_group must be a function key -> group")
+        self.write_group: WriteGroup = write_group or whole_key
+        if max_document_bytes is not None:
+            if type(max_document_bytes) is not int or max_document_bytes < 2:
+                raise InvalidValueError("max_document_bytes must be an int >= 2")
+            self.max_document_bytes = max_document_bytes
+
     async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        """Read a batch of keys; missing keys are absent from the result."""
-        batch = self._batch(keys)
+        """Read a batch of keys; missing keys are absent. Values are the caller's own."""
+        batch = list(dict.fromkeys(check_keys(keys)))
+        self._check_open()
         return await self._read(batch) if batch else {}
-
-    async def read_shared(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        """`read` for trusted framework callers, which may skip copying the documents.
-
-        Values may be shared with the store and with other callers: treat them as immutable.
-        Backends that keep decoded documents return `SharedItem`s; this default returns
-        `read`'s fresh copies, which are trivially shareable.
-        """
-        return await self.read(keys)
 
     async def write(
         self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
     ) -> dict[str, str]:
         """Write a batch conditionally; return each key's new etag.
 
-        Raises `ConflictError` naming the keys whose precondition failed (and which keys
-        of the batch were written), after writing the others.
+        Raises `ConflictError` naming the keys whose precondition failed and, in `written`,
+        the keys of the batch written anyway. An I/O failure part-way raises
+        `StorageUnavailableError` whose `written` says the same.
         """
         if not isinstance(changes, Mapping):
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
         prepared = [self._prepare(key, item) for key, item in changes.items()]
         ttl = _check_ttl(ttl, self.max_ttl_seconds)
         self._check_open()
-        return await self._write(prepared, ttl) if prepared else {}
+        if not prepared:
+            return {}
+        outcomes: Outcomes = {}
+        try:
+            await self._write(prepared, ttl, outcomes)
+        except StorageError as exc:
+            exc.written = _written(outcomes)
+            raise
+        written = _written(outcomes)
+        failed = [write.key for write in prepared if outcomes.get(write.key) is CONFLICT]
+        if failed:
+            raise ConflictError(failed, written)
+        return written
 
     async def delete(
         self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None
     ) -> None:
         """Delete keys (missing ones are no-ops); `if_match` gives per-key etag preconditions."""
-        checked = check_keys(keys)
+        checked = list(dict.fromkeys(check_keys(keys)))
+        if if_match is not None and not isinstance(if_match, Mapping):
+            raise InvalidValueError("if_match must be a mapping of key -> etag")
         conditions = dict(if_match or {})
         for key, etag in conditions.items():
-            if key not in checked or not isinstance(etag, str) or etag == ANY:
+            if key not in checked or not isinstance(etag, str) or not etag or etag == ANY:
                 raise InvalidValueError(
                     f"if_match[{key!r}] must be a version string of a key being deleted"
                 )
         self._check_open()
-        if checked:
-            await self._delete(list(dict.fromkeys(checked)), conditions)
+        if not checked:
+            return
+        outcomes: Outcomes = {}
+        await self._delete(checked, conditions, outcomes)
+        failed = [key for key in checked if outcomes.get(key) is CONFLICT]
+        if failed:
+            raise ConflictError(failed, message="delete precondition failed")
 
     def list(self, prefix: str = "") -> AsyncIterator[str]:
         """Iterate the keys that start with `prefix` (for background jobs and scans)."""
@@ -147,50 +222,72 @@ class Storage(ABC):
     ) -> None:
         await self.close()
 
-    def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
-        return PreparedWrite(key, self._encode(key, item), item.etag)
+    def group_of(self, key: str) -> str:
+        """The write group of a (valid) key: `write_group(key)`, checked to be a segment prefix."""
+        group = self.write_group(key)
+        if not (
+            isinstance(group, str)
+            and group
+            and key.startswith(group)
+            and (len(key) == len(group) or key[len(group)] == "/")
+        ):
+            raise InvalidKeyError(
+                f"write_group({key!r}) gave {group!r}, not a run of the key's first segments"
+            )
+        return group
 
-    def _encode(self, key: str, item: StoreItem) -> bytes:
-        """Validate one change and give its serialized value, within the size guard."""
+    def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
+        """Validate one change and serialize it (or check its bytes), within the size guard."""
         check_key(key)
         if not isinstance(item, StoreItem):
             raise InvalidValueError(f"change for key {key!r} must be a StoreItem")
-        if item.etag is not None and (not isinstance(item.etag, str) or not item.etag):
+        etag = item.etag
+        if etag is not None and (not isinstance(etag, str) or not etag):
             raise InvalidValueError(f"etag for key {key!r} must be a non-empty str, '*' or None")
-        if isinstance(item, EncodedItem):
-            if not isinstance(item.value, dict) or not isinstance(item.data, bytes):
-                raise InvalidValueError(f"encoded change for key {key!r} needs a dict and bytes")
-            data = item.data
-        else:
+        data = item.data
+        if data is None:
             data = dump_data(key, item.value)
+        elif not (
+            isinstance(item.value, dict)
+            and isinstance(data, bytes)
+            and data[:1] == b"{"
+            and data[-1:] == b"}"
+        ):
+            raise InvalidValueError(f"encoded change for key {key!r} needs a dict and its JSON")
         if len(data) > self.max_document_bytes:
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
-        return data
-
-    def _batch(self, keys: Iterable[str]) -> list[str]:
-        """The keys of a read, validated and without duplicates, on an open storage."""
-        checked = check_keys(keys)
-        self._check_open()
-        return list(dict.fromkeys(checked))
+        return PreparedWrite(key, item.value, data, etag, self.group_of(key))
 
     def _check_open(self) -> None:
         if self._closed:
             raise StorageUnavailableError(f"{type(self).__name__} is closed")
 
     @abstractmethod
-    async def _read(self, keys: list[str]) -> dict[str, StoreItem]: ...
+    async def _read(self, keys: _Documents[str]) -> dict[str, StoreItem]:
+        """Fetch existing, unexpired keys as fresh `StoreItem`s (never shared with the store)."""
 
     @abstractmethod
-    async def _write(self, writes: list[PreparedWrite], ttl: float | None) -> dict[str, str]: ...
+    async def _write(
+        self, writes: _Documents[PreparedWrite], ttl: float | None, outcomes: Outcomes
+    ) -> None:
+        """Apply the writes whose preconditions hold, recording each key's outcome as it goes."""
 
     @abstractmethod
-    async def _delete(self, keys: list[str], if_match: dict[str, str]) -> None: ...
+    async def _delete(
+        self, keys: _Documents[str], if_match: dict[str, str], outcomes: Outcomes
+    ) -> None:
+        """Delete keys (expected etag in `if_match`, else unconditionally); mark `CONFLICT`s."""
 
     @abstractmethod
-    def _list(self, prefix: str) -> AsyncIterator[str]: ...
+    def _list(self, prefix: str) -> AsyncIterator[str]:
+        """Yield the live keys starting with `prefix`, each once."""
 
     async def _close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release resources; backends with connections override it."""
+
+
+def _written(outcomes: Outcomes) -> dict[str, str]:
+    return {key: etag for key, etag in outcomes.items() if isinstance(etag, str)}
 
 
 def _check_ttl(ttl: float | None, longest: float) -> float | None:

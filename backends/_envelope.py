@@ -1,8 +1,10 @@
 """The one stored format shared by all backends: a versioned envelope around the document.
 
-`{"v": 1, "key": ..., "etag": ..., "meta": {"updated_at": ...}, "data": {...}}`. The key is
-kept inside so stores that hash long names still know the real key; `etag` is present where
-the store has no native version (files, memory).
+`{"v": 1, "key": ..., "etag": ..., "meta": {"updated_at": ..., "expires_at": ...}, "data": {...}}`.
+The key is kept inside so stores that hash long names still know the real key (and a
+document copied under another key is refused); `etag` is present where the store has no
+native version (files, memory); `expires_at` where the store keeps TTL in the document.
+`wrap` writes `data` last, so its bytes can be sliced back out without re-encoding.
 """
 
 from __future__ import annotations
@@ -18,15 +20,37 @@ from ._errors import FormatError, InvalidValueError
 
 FORMAT_VERSION = 1
 _HEAD = b'{"v":%d,"key":' % FORMAT_VERSION
+_DATA_MARK = b',"data":'  # cannot occur inside a JSON string: its '"' would be escaped
 
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """A decoded stored document: the user's data plus what the store keeps about it."""
+    """A decoded stored document: the user's data plus what the store keeps about it.
+
+    `raw_data` is the stored JSON bytes of `data` when the envelope was laid out by `wrap`
+    (a change baseline for callers), else None.
+    """
 
     data: dict[str, Any]
     etag: str | None
-    meta: dict[str, Any]
+    expires_at: float | None
+    raw_data: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """What an envelope says besides its data, read without decoding the data.
+
+    `etag` is None for a format this can't read; `key` is then the key it names, if any, so
+    a hashed name of a newer format still gives its key back to `list`.
+    """
+
+    key: str | None
+    etag: str | None
+    expires_at: float | None
+
+
+UNKNOWN = Head(None, None, None)
 
 
 def dump_data(key: str, value: object) -> bytes:
@@ -59,19 +83,56 @@ def wrap(
         fields["expires_at"] = expires_at
     meta = orjson.dumps(fields)
     etag_part = b',"etag":' + orjson.dumps(etag) if etag is not None else b""
-    parts = (_HEAD, orjson.dumps(key), etag_part, b',"meta":', meta, b',"data":', data, b"}")
+    parts = (_HEAD, orjson.dumps(key), etag_part, b',"meta":', meta, _DATA_MARK, data, b"}")
     return b"".join(parts)
 
 
 def unwrap(key: str, raw: bytes | str) -> Envelope:
-    """Parse envelope bytes; raises `FormatError` for anything but a known format version."""
+    """Parse the envelope stored at `key`; `FormatError` for an unknown format version, a
+    malformed envelope, or one that names another key."""
+    raw = raw.encode() if isinstance(raw, str) else raw
     try:
         envelope = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise FormatError(key, f"is not valid JSON ({exc})") from exc
     if not isinstance(envelope, dict) or "v" not in envelope:
         raise FormatError(key, "is not an agent-state envelope (it has no format version)")
-    version = envelope["v"]
+    _check_version(key, envelope["v"])
+    data, etag, meta = envelope.get("data"), envelope.get("etag"), envelope.get("meta")
+    if not isinstance(data, dict) or not isinstance(meta, dict):
+        raise FormatError(key, "is a version-1 envelope without a 'data' and a 'meta' object")
+    if etag is not None and not isinstance(etag, str):
+        raise FormatError(key, "has a non-string etag")
+    expires_at = meta.get("expires_at")
+    if not _is_expiry(expires_at):
+        raise FormatError(key, f"has a bad meta.expires_at {expires_at!r}")
+    if envelope.get("key") != key:
+        raise FormatError(key, f"belongs to another key ({str(envelope.get('key'))[:80]!r})")
+    return Envelope(data, etag, expires_at, _data_bytes(raw))
+
+
+def parse_head(raw: bytes) -> Head | None:
+    """The head of envelope bytes (or of their first part, if it holds the whole head).
+
+    None when `raw` does not hold a complete head: pass more of the document. A document
+    that is not a readable envelope gives a head without etag.
+    """
+    end = raw.find(_DATA_MARK)
+    head = _parse_head(raw[:end] + b"}") if end > 0 else None
+    if head is None or head.etag is None:  # not laid out by `wrap`: parse all that is there
+        head = _parse_head(raw)
+    return head
+
+
+def _data_bytes(raw: bytes) -> bytes | None:
+    """`data`'s bytes in an envelope laid out by `wrap` (`data` last, compact), else None."""
+    if not raw.startswith(_HEAD) or not raw.endswith(b"}"):
+        return None
+    start = raw.find(_DATA_MARK)
+    return raw[start + len(_DATA_MARK) : -1] if start > 0 else None
+
+
+def _check_version(key: str, version: object) -> None:
     if type(version) is not int or version != FORMAT_VERSION:
         newer = type(version) is int and version > FORMAT_VERSION
         raise FormatError(
@@ -79,9 +140,27 @@ def unwrap(key: str, raw: bytes | str) -> Envelope:
             f"has {'newer' if newer else 'unknown'} format version {version!r}; "
             f"this reader knows version {FORMAT_VERSION} only",
         )
-    data, etag, meta = envelope.get("data"), envelope.get("etag"), envelope.get("meta")
-    if not isinstance(data, dict) or not isinstance(meta, dict):
-        raise FormatError(key, "is a version-1 envelope without a 'data' and a 'meta' object")
-    if etag is not None and not isinstance(etag, str):
-        raise FormatError(key, "has a non-string etag")
-    return Envelope(data, etag, meta)
+
+
+def _is_expiry(value: object) -> bool:
+    """True for a valid `meta.expires_at`: absent (None) or a Unix time."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _parse_head(raw: bytes) -> Head | None:
+    """The head of a JSON object (without etag if it is no readable envelope); None if no object."""
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    key, etag, meta = fields.get("key"), fields.get("etag"), fields.get("meta")
+    if not isinstance(key, str):
+        return UNKNOWN
+    version = fields.get("v")
+    if type(version) is not int or version != FORMAT_VERSION or not isinstance(meta, dict):
+        return Head(key, None, None)
+    if not (isinstance(etag, str) and _is_expiry(meta.get("expires_at"))):
+        return Head(key, None, None)
+    return Head(key, etag, meta.get("expires_at"))

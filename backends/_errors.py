@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 
 
 class StorageError(Exception):
-    """Base class of every error raised by a storage backend."""
+    """Base class of every error raised by a storage backend.
+
+    `written` maps the keys of a write batch that were stored before the error to their new
+    etags (empty unless a write failed part-way), so a caller knows what landed.
+    """
+
+    written: Mapping[str, str] = MappingProxyType({})
 
 
 class InvalidKeyError(StorageError, ValueError):

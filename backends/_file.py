@@ -10,11 +10,10 @@ absent, and `list` deletes them along with temp files left by crashed writers.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,9 +22,20 @@ from urllib.parse import unquote
 import aiofiles.os
 
 from . import _fileio as fileio
-from ._base import ANY, PreparedWrite, Storage, StoreItem
-from ._envelope import unwrap, wrap
-from ._errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
+from ._base import (
+    ANY,
+    CONFLICT,
+    Outcomes,
+    PreparedWrite,
+    Storage,
+    StoreItem,
+    WriteGroup,
+    expired,
+    precondition_holds,
+    unavailable,
+)
+from ._envelope import Head, unwrap, wrap
+from ._errors import FormatError, StorageConfigError
 from ._filelock import StripedFileLocks
 from ._filenames import is_hashed, key_for_name, name_for_key
 from ._keys import check_key
@@ -46,12 +56,15 @@ class FileStorage(Storage):
     """Documents as files under `root`, which is created if missing."""
 
     def __init__(
-        self, root: str | os.PathLike[str], *, max_document_bytes: int | None = None
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_document_bytes: int | None = None,
+        write_group: WriteGroup | None = None,
     ) -> None:
-        if max_document_bytes is not None:
-            self.max_document_bytes = max_document_bytes
+        super().__init__(write_group=write_group, max_document_bytes=max_document_bytes)
         self.root = Path(root).absolute()
-        with _os_errors(f"cannot create the storage directory {self.root}"):
+        with unavailable(f"file storage: cannot create the directory {self.root}", (OSError,)):
             (self.root / LOCK_DIR).mkdir(parents=True, exist_ok=True)
         self._locks = StripedFileLocks(self.root / LOCK_DIR)
 
@@ -68,43 +81,39 @@ class FileStorage(Storage):
         return self._path(check_key(key))
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
-        with _os_errors(f"cannot read {keys[0]!r}" + (" and more" if len(keys) > 1 else "")):
+        what = f"file storage: cannot read {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
+        with unavailable(what, (OSError,)):
             raws = await _read_files(self.root, [self._path(key) for key in keys])
         now = time.time()
         found = {}
         for key, raw in zip(keys, raws, strict=True):
-            item = _item(key, raw, now) if raw is not None else None
-            if item is not None:
-                found[key] = item
+            if raw is None:
+                continue
+            envelope = unwrap(key, raw)
+            if envelope.etag is None:
+                raise FormatError(key, "has no etag (it was not written by FileStorage)")
+            if not expired(envelope.expires_at, now):
+                found[key] = StoreItem(envelope.data, envelope.etag, envelope.raw_data)
         return found
 
-    async def _write(self, writes: list[PreparedWrite], ttl: float | None) -> dict[str, str]:
+    async def _write(
+        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
+    ) -> None:
         expires_at = time.time() + ttl if ttl is not None else None
-        written: dict[str, str] = {}
-        failed: list[str] = []
         for write in writes:
             action = partial(self._write_locked, write, expires_at)
             etag = await self._locked(write.key, f"cannot write {write.key!r}", action)
-            if etag is None:
-                failed.append(write.key)
-            else:
-                written[write.key] = etag
-        if failed:
-            raise ConflictError(failed, written)
-        return written
+            outcomes[write.key] = CONFLICT if etag is None else etag
 
-    async def _delete(self, keys: list[str], if_match: dict[str, str]) -> None:
-        failed = []
+    async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         for key in keys:
             action = partial(self._delete_locked, key, if_match.get(key, ANY))
             if not await self._locked(key, f"cannot delete {key!r}", action):
-                failed.append(key)
-        if failed:
-            raise ConflictError(failed, message="delete precondition failed")
+                outcomes[key] = CONFLICT
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         keys = []
-        with _os_errors(f"cannot list {self.root}"):
+        with unavailable(f"file storage: cannot list {self.root}", (OSError,)):
             candidates: dict[str, str | None] = {}  # file name -> key (None: read from the file)
             temps = []
             for name in await aiofiles.os.listdir(self.root):
@@ -122,7 +131,7 @@ class FileStorage(Storage):
                 key = key or _key_of_hashed(name, head)
                 if not key.startswith(prefix):
                     continue
-                if head.alive(now):
+                if not expired(head.expires_at, now):
                     keys.append(key)
                 else:
                     action = partial(self._remove_expired_locked, key)
@@ -131,7 +140,7 @@ class FileStorage(Storage):
             yield key
 
     async def _locked(self, key: str, what: str, action: Callable[[], T]) -> T:
-        with _os_errors(what):
+        with unavailable(f"file storage: {what}", (OSError,)):
             return await self._locks.run(key, action)
 
     def _write_locked(self, write: PreparedWrite, expires_at: float | None) -> str | None:
@@ -154,42 +163,21 @@ class FileStorage(Storage):
     def _remove_expired_locked(self, key: str) -> None:
         path = self._path(key)
         head = fileio.read_head(path)
-        if head is not None and not head.alive(time.time()):
+        if head is not None and expired(head.expires_at):
             fileio.remove_durably(path)
 
     def _path(self, key: str) -> Path:
         return self.root / name_for_key(key)
 
 
-def _item(key: str, raw: bytes, now: float) -> StoreItem | None:
-    """The document in `raw`, or None if it has expired; `FormatError` if it is unreadable."""
-    envelope = unwrap(key, raw)
-    expires_at = envelope.meta.get("expires_at")
-    if envelope.etag is None or not fileio.is_expiry(expires_at):
-        raise FormatError(key, "has no etag or a bad expires_at (not written by FileStorage)")
-    if expires_at is not None and now >= expires_at:
-        return None
-    return StoreItem(envelope.data, envelope.etag)
+def _holds(expected: str | None, head: Head | None) -> bool:
+    """Whether a precondition holds on a file's head; an expired document counts as absent."""
+    if head is None or expired(head.expires_at):
+        return precondition_holds(expected, None)
+    return precondition_holds(expected, head.etag or "")  # "": present, in an unknown format
 
 
-def _holds(expected: str | None, head: fileio.Head | None) -> bool:
-    """Whether a create-only (None) or version precondition holds; expired counts as absent."""
-    live = head if head is not None and head.alive(time.time()) else None
-    if expected is None:
-        return live is None
-    return live is not None and live.etag == expected
-
-
-def _key_of_hashed(name: str, head: fileio.Head) -> str:
+def _key_of_hashed(name: str, head: Head) -> str:
     if head.key is None or name_for_key(head.key) != name:
         raise FormatError(name, "is a hashed file name whose file holds no matching key")
     return head.key
-
-
-@contextlib.contextmanager
-def _os_errors(what: str) -> Iterator[None]:
-    """Map OS errors (permission, disk full, not a directory...) to StorageUnavailableError."""
-    try:
-        yield
-    except OSError as exc:
-        raise StorageUnavailableError(f"file storage: {what}: {exc}") from exc

@@ -11,42 +11,14 @@ import contextlib
 import os
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-from ._envelope import FORMAT_VERSION
+from ._envelope import UNKNOWN, Head, parse_head
 
 TEMP_PREFIX = ".tmp-"
 """Temp files of writes in flight; like every name starting with `.`, never a key's file."""
 
 _HEAD_BYTES = 64 * 1024
-_DATA_MARK = b',"data":'  # `wrap` writes v, key, etag and meta before the data
-
-
-@dataclass(frozen=True, slots=True)
-class Head:
-    """What a stored file says besides its data.
-
-    `etag` is None for a format this can't read; `key` is then the key it names, if any, so a
-    hashed file name of a newer format still gives its key back to `list`.
-    """
-
-    key: str | None
-    etag: str | None
-    expires_at: float | None
-
-    def alive(self, now: float) -> bool:
-        return self.expires_at is None or now < self.expires_at
-
-
-UNKNOWN = Head(None, None, None)
-
-
-def is_expiry(value: object) -> bool:
-    """True for a valid `meta.expires_at`: absent (None) or a Unix time."""
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def read_files(directory: Path, paths: list[Path]) -> list[bytes | None]:
@@ -66,10 +38,9 @@ def read_head(path: Path) -> Head | None:
     try:
         with open(path, "rb") as file:
             raw = file.read(_HEAD_BYTES)
-            end = raw.find(_DATA_MARK)
-            head = _parse_head(raw[:end] + b"}") if end > 0 else None
+            head = parse_head(raw)
             if head is None or head.etag is None:  # not laid out by `wrap`, or a long head
-                head = _parse_head(raw + file.read())
+                head = parse_head(raw + file.read())
     except FileNotFoundError:
         return None
     return head or UNKNOWN
@@ -127,22 +98,3 @@ def _read_file(path: Path) -> bytes | None:
             return file.read()
     except FileNotFoundError:
         return None
-
-
-def _parse_head(raw: bytes) -> Head | None:
-    """The head of a JSON object (without etag if it is no readable envelope); None if no object."""
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(fields, dict):
-        return None
-    key, etag, meta = fields.get("key"), fields.get("etag"), fields.get("meta")
-    if not isinstance(key, str):
-        return UNKNOWN
-    version = fields.get("v")
-    if type(version) is not int or version != FORMAT_VERSION or not isinstance(meta, dict):
-        return Head(key, None, None)
-    if not (isinstance(etag, str) and is_expiry(meta.get("expires_at"))):
-        return Head(key, None, None)
-    return Head(key, etag, meta.get("expires_at"))

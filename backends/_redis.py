@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -19,9 +19,18 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from ._base import ANY, PreparedWrite, Storage, StoreItem
+from ._base import (
+    ANY,
+    CONFLICT,
+    Outcomes,
+    PreparedWrite,
+    Storage,
+    StoreItem,
+    WriteGroup,
+    unavailable,
+)
 from ._envelope import unwrap, wrap
-from ._errors import ConflictError, FormatError, StorageConfigError, StorageUnavailableError
+from ._errors import FormatError, StorageConfigError, StorageUnavailableError
 from ._redis_layout import KeyLayout
 from ._redis_scripts import DELETE, WRITE, LuaScript, split_stored
 
@@ -53,16 +62,17 @@ class RedisStorage(Storage):
         *,
         namespace: str | None = None,
         max_document_bytes: int | None = None,
+        write_group: WriteGroup | None = None,
         owns_client: bool = False,
     ) -> None:
         if not isinstance(client, (Redis, RedisCluster)):
             raise StorageConfigError("RedisStorage needs a redis.asyncio Redis or RedisCluster")
-        if max_document_bytes is not None:
-            self.max_document_bytes = max_document_bytes
+        super().__init__(write_group=write_group, max_document_bytes=max_document_bytes)
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
         self.atomic_batches = not self.cluster
-        self.layout = KeyLayout(namespace)
+        self.atomic_groups = True
+        self.layout = KeyLayout(self.group_of, namespace)
         self._owns_client = owns_client
 
     @classmethod
@@ -74,6 +84,7 @@ class RedisStorage(Storage):
         cluster: bool | None = None,
         timeout: float | None = None,
         max_document_bytes: int | None = None,
+        write_group: WriteGroup | None = None,
         **client_options: Any,
     ) -> RedisStorage:
         """Open `redis://[user:pass@]host:port/db` or `rediss://...` (TLS).
@@ -104,7 +115,11 @@ class RedisStorage(Storage):
         except (ValueError, TypeError, RedisError, RedisClusterException) as exc:
             raise StorageConfigError(f"cannot configure Redis from {url!r}: {exc}") from exc
         return cls(
-            client, namespace=namespace, max_document_bytes=max_document_bytes, owns_client=True
+            client,
+            namespace=namespace,
+            max_document_bytes=max_document_bytes,
+            write_group=write_group,
+            owns_client=True,
         )
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
@@ -120,46 +135,44 @@ class RedisStorage(Storage):
                 stored = split_stored(value)
                 if stored is None:
                     raise FormatError(key, "is not a Redis value written by agent-state")
-                found[key] = StoreItem(unwrap(key, stored[1]).data, stored[0])
+                envelope = unwrap(key, stored[1])
+                found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data)
         return found
 
-    async def _write(self, writes: list[PreparedWrite], ttl: float | None) -> dict[str, str]:
+    async def _write(
+        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
+    ) -> None:
         ttl_ms = str(max(1, round(ttl * 1000))) if ttl is not None else "0"
         by_key = {write.key: write for write in writes}
         groups = self._groups(list(by_key))
         calls = []
         for group in groups:
-            args = ["1" if self.atomic_batches else "0", ttl_ms]
+            args = ["1", ttl_ms]  # one script per slot: its keys all-or-nothing
             for key, _ in group:
                 write = by_key[key]
                 args += ["" if write.expected is None else write.expected, wrap(key, write.data)]
             calls.append((_redis_keys(group), args))
-        replies = await self._run(WRITE, calls, "write")
-        written: dict[str, str] = {}
-        failed = []
+        replies = await self._run(WRITE, calls)
         for group, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, Exception):
+                continue
             for (key, _), outcome in zip(group, reply, strict=True):
                 if isinstance(outcome, (bytes, str)):
-                    written[key] = _text(outcome)
+                    outcomes[key] = _text(outcome)
                 elif outcome == 0:
-                    failed.append(key)
-        if failed:
-            raise ConflictError(failed, written)
-        return written
+                    outcomes[key] = CONFLICT
+        _raise_first_error(replies, "write")  # after recording what the other slots wrote
 
-    async def _delete(self, keys: list[str], if_match: dict[str, str]) -> None:
+    async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         groups = self._groups(keys)
         calls = [
             (_redis_keys(group), [if_match.get(key, ANY) for key, _ in group]) for group in groups
         ]
-        replies = await self._run(DELETE, calls, "delete")
-        failed = [
-            group[position - 1][0]
-            for group, reply in zip(groups, replies, strict=True)
-            for position in reply
-        ]
-        if failed:
-            raise ConflictError(failed, message="delete precondition failed")
+        replies = await self._run(DELETE, calls)
+        _raise_first_error(replies, "delete")
+        for group, reply in zip(groups, replies, strict=True):
+            for position in reply:
+                outcomes[group[position - 1][0]] = CONFLICT
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         seen: set[str] = set()  # SCAN may return a key twice
@@ -188,10 +201,12 @@ class RedisStorage(Storage):
             by_slot[key_slot(pair[1].encode())].append(pair)
         return list(by_slot.values())
 
-    async def _run(
-        self, script: LuaScript, calls: list[tuple[list[str], list[Any]]], action: str
-    ) -> list[Any]:
-        """Run `script` once per (keys, args) in one round trip; load it where it is missing."""
+    async def _run(self, script: LuaScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run `script` once per (keys, args) in one round trip; load it where it is missing.
+
+        Error replies come back in the list, for the caller to raise after the rest.
+        """
+        action = "write" if script is WRITE else "delete"
         replies = await self._send(
             [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls], action
         )
@@ -206,9 +221,6 @@ class RedisStorage(Storage):
             )
             for i, reply in zip(missing, loaded, strict=True):
                 replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise StorageUnavailableError(f"Redis {action} failed: {reply}") from reply
         return replies
 
     async def _initialized(self) -> None:
@@ -238,13 +250,15 @@ class RedisStorage(Storage):
             return await pipe.execute(raise_on_error=False)
 
 
-@contextlib.contextmanager
-def _unavailable(action: str) -> Iterator[None]:
+def _unavailable(action: str) -> contextlib.AbstractContextManager[None]:
     """Turn redis-py and socket failures into `StorageUnavailableError` (cause chained)."""
-    try:
-        yield
-    except _UNAVAILABLE as exc:
-        raise StorageUnavailableError(f"Redis {action} failed: {exc}") from exc
+    return unavailable(f"Redis {action} failed", _UNAVAILABLE)
+
+
+def _raise_first_error(replies: list[Any], action: str) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise StorageUnavailableError(f"Redis {action} failed: {reply}") from reply
 
 
 def _redis_keys(group: list[tuple[str, str]]) -> list[str]:

@@ -1,51 +1,43 @@
-"""Where a storage key lives in Redis: namespace prefix, slot-group hash tag, reversible escaping.
+"""Where a storage key lives in Redis: namespace prefix, write-group hash tag, reversible escaping.
 
 A key becomes `{namespace}:{{group}}rest` (no `namespace:` without a namespace), where
-`group + rest == key` and `group` is the key's slot group: the conversation key for conversation
-and session keys, the whole key otherwise. Redis hashes only the text inside the braces, so a
-conversation and all its sessions share one cluster slot. See docs/redis.md.
+`group + rest == key` and `group` is the key's write group (given by the storage's
+`write_group` function). Redis hashes only the text inside the braces, so the keys of one
+write group share a cluster slot and can be written in one script. See docs/redis.md.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ._errors import StorageConfigError
 from ._keys import check_key
 
-_CONVERSATION = r".+/conversations/[^/]+"
-_GROUP = re.compile(rf"({_CONVERSATION})(?:/users/[^/]+)?", re.DOTALL)
-_CONVERSATION_KEY = re.compile(_CONVERSATION, re.DOTALL)
 _ESCAPE = str.maketrans({"\\": "\\\\", "{": "\\(", "}": "\\)"})
 _UNESCAPE = {"\\": "\\", "(": "{", ")": "}"}
 _ESCAPED = re.compile(r"(?:[^\\{}]|\\[\\()])*", re.DOTALL)
 _ESCAPE_SEQUENCE = re.compile(r"\\([\\()])")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-_USERS = "/users/"
-
-
-def slot_group(key: str) -> str:
-    """The part of `key` that picks its cluster slot: keys with the same group share a slot."""
-    match = _GROUP.fullmatch(key)
-    return match.group(1) if match else key
 
 
 class KeyLayout:
     """Maps storage keys to Redis keys of one namespace and back."""
 
-    def __init__(self, namespace: str | None = None) -> None:
+    def __init__(self, group_of: Callable[[str], str], namespace: str | None = None) -> None:
         if namespace is not None and (
             not isinstance(namespace, str) or not namespace or "{" in namespace or "}" in namespace
         ):
             raise StorageConfigError(
                 f"Redis namespace must be a non-empty str without braces, got {namespace!r}"
             )
+        self.group_of = group_of
         self.namespace = namespace
         self.prefix = f"{namespace}:" if namespace is not None else ""
 
     def redis_key(self, key: str) -> str:
         """The Redis key holding `key`'s document."""
-        group = slot_group(key)
+        group = self.group_of(key)
         return f"{self.prefix}{{{group.translate(_ESCAPE)}}}{key[len(group) :].translate(_ESCAPE)}"
 
     def storage_key(self, redis_key: bytes | str) -> str | None:
@@ -57,28 +49,18 @@ class KeyLayout:
             group, brace, rest = text[len(self.prefix) + 1 :].partition("}")
             group, rest = _unescape(group), _unescape(rest)
             key = check_key(group + rest)
+            return key if brace and self.group_of(key) == group else None
         except ValueError:  # UnicodeDecodeError and InvalidKeyError are ValueErrors
             return None
-        return key if brace and slot_group(key) == group else None
 
     def scan_pattern(self, prefix: str) -> str:
         """A SCAN MATCH pattern covering every Redis key whose storage key starts with `prefix`.
 
-        The closing brace may fall inside `prefix` (after a conversation id), so the pattern
-        stops at the first place it could; callers filter the decoded keys by `prefix`.
+        A group is a run of whole segments, so it holds at least the key's first segment:
+        the pattern is narrowed to that; callers filter the decoded keys by `prefix`.
         """
-        stem = prefix[: _earliest_group_end(prefix)]
+        stem = prefix.partition("/")[0]
         return _glob_escape(f"{self.prefix}{{{stem.translate(_ESCAPE)}") + "*"
-
-
-def _earliest_group_end(prefix: str) -> int:
-    """Where the first possible group boundary inside `prefix` is (its length if none)."""
-    for end, char in enumerate(prefix):
-        if char == "/" and _CONVERSATION_KEY.fullmatch(prefix[:end]):
-            after = prefix[end + len(_USERS) :]
-            if "/" not in after and (_USERS + after).startswith(prefix[end:]):
-                return end  # prefix[end:] can be the start of a session's "/users/{user}"
-    return len(prefix)
 
 
 def _unescape(text: str) -> str:

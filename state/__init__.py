@@ -1,6 +1,8 @@
 """agent-state: scoped, persistent state for bots and AI agents.
 
-The names most handlers and jobs need; submodules hold the rest.
+Every public name of the core has this one import path; storage backends are in
+`agent_state.backends`, the RFC 6902 engine in `agent_state.jsonpatch`, the AG-UI layer in
+`agent_state.agui`.
 """
 
 from ._activity import Activity, ChannelAccount, ConversationAccount
@@ -25,6 +27,20 @@ from ._errors import (
     StateValueError,
 )
 from ._ids import TurnIds
+from ._keys import (
+    ParsedKey,
+    app_key,
+    conversation_key,
+    escape_segment,
+    parse_key,
+    session_key,
+    unescape_segment,
+    user_key,
+    write_group,
+)
+from ._lifecycle import open_turn
+from ._plan import Scopes
+from ._registry import open_storage
 from ._scopes import AppState, ConversationState, SessionState, TempState, UserState
 from ._turn_state import TurnState
 
@@ -37,7 +53,9 @@ __all__ = [
     "ConversationAccount",
     "ConversationState",
     "MissingIdError",
+    "ParsedKey",
     "ScopeError",
+    "Scopes",
     "SessionState",
     "StateConflictError",
     "StateError",
@@ -49,10 +67,20 @@ __all__ = [
     "TurnIds",
     "TurnState",
     "UserState",
+    "app_key",
+    "conversation_key",
     "edit_state",
+    "escape_segment",
     "list_conversations",
     "list_users",
     "open_state",
+    "open_storage",
+    "open_turn",
     "open_user",
+    "parse_key",
     "read_state",
+    "session_key",
+    "unescape_segment",
+    "user_key",
+    "write_group",
 ]

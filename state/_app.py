@@ -18,8 +18,10 @@ from ._activity import Activity
 from ._bucket import AgentState
 from ._context import TurnContext
 from ._ids import TurnIds
+from ._lifecycle import open_turn
+from ._plan import Scopes
 from ._routing import Handler, Route, Selector, first_match, text_selector, type_selector
-from ._turn_state import Scopes, TurnState
+from ._turn_state import TurnState
 from .backends import Storage
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
@@ -107,17 +109,15 @@ class AgentApplication:
             app_name=self.app_name,
             namespace=self.namespace,
         )
-        state = TurnState(ids, self._scopes)
-        await state.load(self.storage)
-        ctx = TurnContext(activity, state)
-        try:
-            await self._run(ctx, state)
-        except Exception as error:
-            if self._on_error is None:
-                raise
-            await self._on_error(ctx, error)
-            return ctx.replies
-        await state.save(self.storage)
+        async with open_turn(self.storage, ids, scopes=self._scopes) as state:
+            ctx = TurnContext(activity, state)
+            try:
+                await self._run(ctx, state)
+            except Exception as error:
+                if self._on_error is None:
+                    raise
+                state.discard()
+                await self._on_error(ctx, error)
         return ctx.replies
 
     async def _run(self, ctx: TurnContext, state: TurnState) -> None:

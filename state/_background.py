@@ -15,24 +15,24 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import lru_cache
 from typing import TypeVar
 
-from ._bucket import AgentState, check_retries, load_buckets, save_buckets, save_merging, scope_key
-from ._errors import StateConflictError
+from ._bucket import AgentState
 from ._ids import TurnIds
 from ._keys import escape_segment, parse_key
+from ._lifecycle import open_turn, read_turn, retry_on_conflict, save_buckets
+from ._plan import Scopes
 from ._scopes import UserState
-from .backends._base import Storage
-from .backends._errors import InvalidKeyError
+from .backends import InvalidKeyError, Storage
 
 B = TypeVar("B", bound=AgentState)
 
 
 async def read_state(storage: Storage, cls: type[B], ids: TurnIds) -> B:
     """Read one scope's bucket for `ids` (empty when not stored yet)."""
-    bucket = cls(scope_key(cls, ids))
-    await load_buckets(storage, [bucket])
-    return bucket
+    state = await read_turn(storage, ids, _only(cls))
+    return state.scope(cls.scope)  # type: ignore[return-value]
 
 
 async def edit_state(
@@ -44,20 +44,16 @@ async def edit_state(
     retries: int = 3,
 ) -> B:
     """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`."""
-    check_retries(retries)
-    failures = 0
-    while True:
+
+    async def attempt(number: int) -> B:
         bucket = await read_state(storage, cls, ids)
         outcome = fn(bucket)
         if inspect.isawaitable(outcome):
             await outcome
-        try:
-            await save_buckets(storage, [bucket])
-            return bucket
-        except StateConflictError as exc:
-            failures += 1
-            if failures > retries:
-                raise _exhausted(bucket, retries, exc) from exc
+        await save_buckets(storage, [bucket])
+        return bucket
+
+    return await retry_on_conflict(retries, attempt)
 
 
 @asynccontextmanager
@@ -69,10 +65,8 @@ async def open_state(
     On a conflict the block's changes are rebased onto the newer version and written again;
     `StateConflictError` when both changed the same paths or the retries run out.
     """
-    check_retries(retries)
-    bucket = await read_state(storage, cls, ids)
-    yield bucket
-    await save_merging(storage, [bucket], retries=retries, strict=False)
+    async with open_turn(storage, ids, scopes=_only(cls), retries=retries, strict=False) as state:
+        yield state.scope(cls.scope)  # type: ignore[misc]
 
 
 def open_user(
@@ -117,9 +111,7 @@ async def _list_ids(
             yield parsed.user if scope == "user" else parsed.conversation  # type: ignore[misc]
 
 
-def _exhausted(bucket: AgentState, retries: int, cause: StateConflictError) -> StateConflictError:
-    return StateConflictError(
-        cause.keys,
-        scopes=[bucket.scope],
-        message=f"gave up after {retries + 1} conflicting writes of {bucket.scope!r} state",
-    )
+@lru_cache(maxsize=256)
+def _only(cls: type[AgentState]) -> Scopes:
+    """The plan of a job that uses one scope (one per class: plans cache their keys)."""
+    return Scopes([cls], include_builtin=False)

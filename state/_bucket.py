@@ -1,22 +1,17 @@
 """`AgentState`: one scope's document for one turn, dict-like, tracking what changed since load.
 
-Copy on access: the loaded document may be shared with the storage (`read_shared`) and is
-never mutated. The bucket's root is a shallow copy of it, and a member that is a dict or list
-is deep-copied the first time it is handed out or edited through, so a turn only copies what
-it touches. (A typed bucket copies the whole document before validating it.)
-
-Change tracking is lazy: the baseline, the orjson bytes of what the bucket started from, is
-recorded just before the first edit or hand-out of a container. It is the stored data when
-the storage gives it (`SharedItem.data`), else one serialization. An untouched bucket costs
-nothing at save; a touched one one serialization and a bytes comparison, and those bytes are
-what gets written. The RFC 6902 patch against the start is only computed when asked for
-(`changes()`) or when rebasing after a conflict.
+A bucket owns what it loads (storage reads are the caller's own copies), so it hands out its
+members directly. Before it first hands out anything it records a baseline: the stored JSON
+bytes when the storage gives them, else one serialization. An untouched bucket costs nothing
+at save; a touched one one serialization and a bytes comparison, and those bytes are what
+gets written. The RFC 6902 patch against the start is only computed when asked for
+(`changes()`) or when rebasing after a conflict. Loading and saving live in `_lifecycle`.
 """
 
 from __future__ import annotations
 
 from abc import ABCMeta
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, ClassVar
 
 import orjson
@@ -25,14 +20,11 @@ from pydantic import BaseModel, ValidationError
 from . import _typed as typed
 from ._errors import ScopeError, StateConflictError, StateError, StateValueError
 from ._ids import TurnIds
-from ._keys import escape_segment
-from ._paths import MISSING, check_json, child, drop, get_in, members, put, rebase_patch
-from .backends._base import EncodedItem, SharedItem, Storage, StoreItem
-from .backends._errors import ConflictError
-from .jsonpatch import PatchConflictError, apply_patch, make_patch
+from ._paths import MISSING, check_json, child, delete_in, drop, get_in, members, put, set_in
+from .backends import StoreItem
+from .jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 
 _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-_CONTAINERS = (dict, list)
 
 
 class _Slotted(ABCMeta):
@@ -58,7 +50,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
 
-    __slots__ = ("_key", "_etag", "_source", "_stored", "_value", "_base", "_pending")
+    __slots__ = ("_key", "_etag", "_loaded", "_stored", "_value", "_base", "_pending")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -115,15 +107,11 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     @property
     def data(self) -> Any:
         """The live document: the model instance of a typed bucket, else a dict of JSON values."""
-        root = self._touch()
-        if self._source is not None:
-            for name in list(root):
-                self._member(name)
-        return root
+        return self._root()
 
     @data.setter
     def data(self, value: Any) -> None:
-        self._touch()
+        self._root()
         if self.model is not None:
             if not isinstance(value, self.model):
                 raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
@@ -131,22 +119,22 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             check_json(value)
         else:
             raise StateValueError(f"{type(self).__name__}.data must be a dict")
-        self._value, self._source = value, None
+        self._value = value
 
     def __getitem__(self, key: str) -> Any:
-        value = self._member(key)
+        value = child(self._root(), key)
         if value is MISSING:
             raise KeyError(key)
         return value
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of `key`, or `default` when absent (falsy stored values are returned)."""
-        value = self._member(key)
+        value = child(self._root(), key)
         return default if value is MISSING else value
 
     def __setitem__(self, key: str, value: Any) -> None:
         try:
-            put(self._touch(), key, value)
+            put(self._root(), key, value)
         except ValidationError as exc:
             raise typed.validation_error(self._key, exc) from exc
 
@@ -155,12 +143,12 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self[key] = value
 
     def __delitem__(self, key: str) -> None:
-        if not drop(self._touch(), key):
+        if not drop(self._root(), key):
             raise KeyError(key)
 
     def delete(self, key: str) -> None:
         """Remove `key` if present (no error when it is absent)."""
-        drop(self._touch(), key)
+        drop(self._root(), key)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and child(self._root(), key) is not MISSING
@@ -173,7 +161,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def clear(self) -> None:
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
-        root = self._touch()
+        root = self._root()
         if isinstance(root, BaseModel):
             self._value = typed.decode(type(self), self._key, None)
         else:
@@ -181,6 +169,21 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key={self._key!r}, etag={self._etag!r})"
+
+    def get_path(self, parts: tuple[str, ...]) -> Any:
+        """The value at a path of member names / list indices, or `MISSING` when absent."""
+        return get_in(self._root(), parts)
+
+    def set_path(self, parts: tuple[str, ...], value: Any) -> None:
+        """Set the value at a path, creating missing intermediate dicts."""
+        try:
+            set_in(self._root(), parts, value)
+        except ValidationError as exc:
+            raise typed.validation_error(self._key, exc, parts[:-1]) from exc
+
+    def delete_path(self, parts: tuple[str, ...]) -> bool:
+        """Remove the value at a path; return whether it was there."""
+        return delete_in(self._root(), parts)
 
     @property
     def changed(self) -> bool:
@@ -201,18 +204,18 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def load(self, item: StoreItem | None) -> None:
         """Start over from a stored version (None: not stored yet), dropping unsaved edits.
 
-        The item's value is never mutated, so it may be shared (as `read_shared` gives it).
+        The bucket takes ownership of `item.value`: it is the live document from now on.
         """
-        self._source = item.value if item is not None else None
-        self._stored = item.data if isinstance(item, SharedItem) else None
+        self._loaded = item.value if item is not None else None
+        self._stored = item.data if item is not None else None
         self._etag = item.etag if item is not None else None
         self._value = self._base = self._pending = None
 
     def pending_write(self) -> StoreItem | None:
-        """The write this bucket needs (document and precondition), or None when unchanged.
+        """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
 
-        Its value is the live document, which may share unchanged members with the storage:
-        hand it to `Storage.write`, never edit it. Raises `StateValueError` /
+        Its value is the live document: hand it to `Storage.write` and do not edit it until the
+        write returns. Raises `StateValueError` /
         `StateValidationError` for a document that cannot be stored, before anything is written.
         """
         if self._base is None:
@@ -224,7 +227,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         if self.model is not None:
             typed.check(type(self), self._key, document)
         self._pending = dumped
-        return EncodedItem(document, self._etag, data=dumped)
+        return StoreItem(document, self._etag, dumped)
 
     def mark_saved(self, etag: str) -> None:
         """Record that the last `pending_write()` was stored as version `etag`."""
@@ -245,80 +248,54 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return
         if newer is None and self._etag is not None:
             raise StateConflictError(
-                [self._key or ""], scopes=[self.scope], message=f"{self.scope} state was deleted"
+                [self._key or ""],
+                scopes=[self.scope],
+                message=f"{self.scope} state was deleted",
+                retryable=False,
             )
         base = orjson.loads(self._base)
         fresh = type(self)(self._key, newer)
-        fresh._touch()
+        fresh._root()
         theirs = fresh._document()
         patch, clashes = rebase_patch(
             base, make_patch(base, self._document()), make_patch(base, theirs), strict=strict
         )
         if clashes:
-            raise StateConflictError([self._key or ""], scopes=[self.scope], paths=clashes)
+            raise StateConflictError(
+                [self._key or ""], scopes=[self.scope], paths=clashes, retryable=False
+            )
         try:
             merged = apply_patch(theirs, patch)
         except PatchConflictError as exc:
             raise StateConflictError(
-                [self._key or ""], scopes=[self.scope], message=f"cannot rebase: {exc}"
+                [self._key or ""],
+                scopes=[self.scope],
+                message=f"cannot rebase: {exc}",
+                retryable=False,
             ) from exc
-        # `merged` shares members with `newer`'s value; a full copy keeps that one untouched.
         if self.model is None:
-            self._value = self._copy(merged)
+            self._value = merged
         else:
             self._value = typed.decode(type(self), self._key, merged)
-        self._source = self._stored = self._pending = None
+        self._loaded = self._stored = self._pending = None
         self._etag, self._base = fresh._etag, fresh._base
 
-    def _get_in(self, parts: tuple[str, ...]) -> Any:
-        """The value at a path of `TurnState`, or `MISSING`; its first member is made our own."""
-        value = self._member(parts[0])
-        return value if len(parts) == 1 else get_in(self._root(), parts)
-
-    def _edit_root(self, parts: tuple[str, ...]) -> Any:
-        """The live root for a path edit of `TurnState`: touched, and the path's first member
-        made our own when the edit goes inside it."""
-        root = self._touch()
-        if len(parts) > 1:
-            self._member(parts[0])
-        return root
-
-    def _member(self, name: str) -> Any:
-        """The root's member `name` (or `MISSING`); a container is first made the bucket's own."""
-        root = self._root()
-        value = child(root, name)
-        if isinstance(value, _CONTAINERS):
-            self._touch()
-            source = self._source
-            if source is not None and value is source.get(name, MISSING):
-                value = root[name] = self._copy(value)
-        return value
-
-    def _touch(self) -> Any:
-        """The live root, about to be edited or to hand out a container: records the baseline."""
-        root = self._root()
-        if self._base is None:
-            self._base = self._stored if self._stored is not None else self._dump(root)
-        return root
-
     def _root(self) -> Any:
-        """The live document: a shallow copy of the loaded one, or a typed bucket's model.
+        """The live document (a dict, or a typed bucket's model), its baseline recorded first.
 
-        A typed bucket validates a private copy and records its baseline right away, since its
-        model hands out nested values without the bucket seeing it.
+        Everything the bucket hands out comes from here, so no edit can happen before the
+        baseline exists.
         """
         if self._value is None:
-            source = self._source
+            loaded = self._loaded
             if self.model is None:
-                self._value = dict(source) if source is not None else {}
+                self._value = loaded if loaded is not None else {}
+                stored = self._stored
+                self._base = stored if stored is not None else self._dump(self._value)
             else:
-                raw = None
-                if source is not None:
-                    stored = self._stored
-                    raw = orjson.loads(stored) if stored is not None else self._copy(source)
-                self._value = typed.decode(type(self), self._key, raw)
+                self._value = typed.decode(type(self), self._key, loaded)
                 self._base = self._dump(self._document())
-                self._source = self._stored = None
+            self._loaded = self._stored = None
         return self._value
 
     def _document(self) -> dict[str, Any]:
@@ -333,111 +310,6 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return orjson.dumps(document, option=_DUMP_OPTIONS)
         except TypeError as exc:
             raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from exc
-
-
-def scope_key(cls: type[AgentState], ids: TurnIds) -> str:
-    """`cls.key_for(ids)`; `ScopeError` when `ids` has a namespace and the key lies outside it."""
-    key = cls.key_for(ids)
-    namespace = ids.namespace
-    if namespace is not None and not key.startswith(
-        f"{escape_segment(namespace, what='namespace')}/"
-    ):
-        raise ScopeError(
-            f"{cls.__name__}.key_for() gave {key!r}, outside the namespace {namespace!r}: "
-            f"a key must start with escape_segment(ids.namespace) + '/'"
-        )
-    return key
-
-
-async def load_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
-    """Load every bucket with one batched read (none when there is no bucket).
-
-    The read is `read_shared`: buckets never mutate what they load, so nothing is copied
-    until a turn touches it.
-    """
-    by_key = {bucket.key: bucket for bucket in buckets}
-    found = await storage.read_shared(list(by_key)) if by_key else {}
-    for key, bucket in by_key.items():
-        bucket.load(found.get(key))  # type: ignore[arg-type]
-
-
-async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
-    """Write the changed buckets in one conditional batch; none when nothing changed.
-
-    A failed precondition raises `StateConflictError` naming the scopes; buckets of the batch
-    that were written anyway are marked saved, the others keep their changes for a retry.
-    """
-    pending: dict[str, tuple[AgentState, StoreItem]] = {}
-    for bucket in buckets:
-        item = bucket.pending_write()
-        if item is not None:
-            pending[bucket.key] = (bucket, item)  # type: ignore[index]
-    if not pending:
-        return
-    try:
-        etags = await storage.write({key: item for key, (_, item) in pending.items()})
-    except ConflictError as exc:
-        for key, etag in exc.written.items():
-            pending[key][0].mark_saved(etag)
-        scopes = [pending[key][0].scope for key in exc.keys]
-        raise StateConflictError(exc.keys, exc.written, scopes=scopes) from exc
-    for key, etag in etags.items():
-        pending[key][0].mark_saved(etag)
-
-
-async def save_merging(
-    storage: Storage, buckets: list[AgentState], *, retries: int, strict: bool
-) -> None:
-    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase, write again.
-
-    At most `retries` merges; `strict` also refuses a change both writers made (two turns
-    that each add 1 agree on the result but must not count once). `StateConflictError`
-    names the scopes and paths, and in `written` every bucket stored along the way.
-    """
-    check_retries(retries)
-    written: dict[str, str] = {}
-    for attempt in range(retries + 1):
-        try:
-            await save_buckets(storage, buckets)
-            return
-        except StateConflictError as exc:
-            written.update(exc.written)
-            failed = exc
-        if attempt < retries:
-            await _rebase(storage, buckets, failed.keys, written, strict)
-    raise StateConflictError(
-        failed.keys,
-        written,
-        scopes=failed.scopes,
-        message=f"gave up after {retries + 1} conflicting writes of "
-        f"{', '.join(map(repr, failed.scopes))} state",
-    ) from failed
-
-
-def check_retries(retries: object) -> None:
-    """Refuse a retry count that is not an int >= 0 (before anything is read or written)."""
-    if type(retries) is not int or retries < 0:
-        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
-
-
-async def _rebase(
-    storage: Storage,
-    buckets: list[AgentState],
-    keys: list[str],
-    written: dict[str, str],
-    strict: bool,
-) -> None:
-    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
-    found = await storage.read(keys)
-    by_key = {bucket.key: bucket for bucket in buckets}
-    for key in keys:
-        bucket = by_key[key]
-        try:
-            bucket.rebase(found.get(key), strict=strict)  # type: ignore[arg-type]
-        except StateConflictError as exc:  # the same error, naming what was written
-            raise StateConflictError(
-                [key], written, scopes=[bucket.scope], paths=exc.paths, message=exc.reason
-            ) from exc
 
 
 def _is_scope_name(name: object) -> bool:

@@ -49,7 +49,8 @@ class StateConflictError(ConflictError, StateError):
 
     `scopes` names the scopes whose write failed; `paths` the JSON pointers that both
     writers changed, when the conflict was found while rebasing onto the newer version;
-    `reason` the message without the keys and paths.
+    `reason` the message without the keys and paths; `retryable` is False when trying again
+    cannot help (a clash on a path, a document deleted meanwhile).
     """
 
     def __init__(
@@ -60,9 +61,11 @@ class StateConflictError(ConflictError, StateError):
         scopes: Iterable[str],
         paths: Iterable[str] = (),
         message: str | None = None,
+        retryable: bool = True,
     ) -> None:
         self.scopes = sorted(scopes)
         self.paths = list(paths)
+        self.retryable = retryable
         self.reason = message or f"state of scope(s) {', '.join(map(repr, self.scopes))} changed"
         detail = self.reason
         if self.paths:

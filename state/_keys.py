@@ -121,3 +121,17 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
             "session", channel=ids[0], conversation=ids[1], user=ids[2], namespace=namespace
         )
     raise InvalidKeyError(f"key {key!r:.80} does not follow the agent-state key scheme")
+
+
+def write_group(key: str) -> str:
+    """The write group of a key (see `Storage.write_group`): a conversation's key for the
+    conversation and every key under it (its sessions), else the key itself.
+
+    Given to every storage `open_storage` opens, so a turn's conversation and session
+    buckets can be written atomically together (one Redis slot, one Cosmos DB partition).
+    """
+    parts = key.split("/")
+    for i in (1, 2):  # `{channel}/conversations/...`, or the same under a namespace
+        if len(parts) > i + 2 and parts[i] == "conversations":
+            return "/".join(parts[: i + 2])
+    return key

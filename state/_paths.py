@@ -11,7 +11,6 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
 from pydantic import BaseModel
 
 from ._errors import StatePathError, StateValueError
@@ -145,63 +144,6 @@ def check_json(value: Any) -> None:
         raise StateValueError(
             f"a {kind.__name__} is not a JSON value (use dicts, lists, str, numbers, bool, None)"
         )
-
-
-def rebase_patch(
-    base: Any,
-    ours: list[dict[str, Any]],
-    theirs: list[dict[str, Any]],
-    *,
-    strict: bool = False,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Split our patch against theirs, both made from `base`: the ops still to apply, and clashes.
-
-    Two changes clash when one's path is a prefix of the other's; a list counts as one value,
-    since indices shift, and a `move` (a renamed member) touches its `from` as well as its
-    `path`. An op theirs already made to a dict member is dropped, not a clash, unless
-    `strict`: then it clashes too, since two read-modify-writes (two `n + 1`) can agree.
-    """
-    their_units = [unit for op in theirs for _, unit in _touched(base, op)]
-    same = {_op_bytes(op) for op in theirs}
-    keep: list[dict[str, Any]] = []
-    clashes: list[str] = []
-    for op in ours:
-        touched = _touched(base, op)
-        if not strict and _op_bytes(op) in same and all(len(u) == p.count("/") for p, u in touched):
-            continue
-        hits = [
-            pointer
-            for pointer, unit in touched
-            if any(unit[: len(other)] == other[: len(unit)] for other in their_units)
-        ]
-        if hits:
-            clashes.extend(pointer for pointer in hits if pointer not in clashes)
-        else:
-            keep.append(op)
-    return keep, clashes
-
-
-def _touched(base: Any, op: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-    """The pointers an op changes or reads from, each with its unit (see `_unit`)."""
-    pointers = [op["path"]]
-    if op["op"] in ("move", "copy"):
-        pointers.insert(0, op["from"])
-    return [(pointer, _unit(base, pointer)) for pointer in pointers]
-
-
-def _unit(base: Any, pointer: str) -> tuple[str, ...]:
-    """The steps of a pointer, cut at the first list that `base` has on the way."""
-    steps = tuple(t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:])
-    node = base
-    for depth, step in enumerate(steps):
-        if isinstance(node, list):
-            return steps[:depth]
-        node = node.get(step) if isinstance(node, dict) else None
-    return steps
-
-
-def _op_bytes(op: dict[str, Any]) -> bytes:
-    return orjson.dumps(op, option=orjson.OPT_SORT_KEYS)
 
 
 def _step(node: Any, step: str, parts: tuple[str, ...], depth: int) -> Any:

@@ -67,11 +67,24 @@ start_redis_cluster() {
   done
 }
 
+# Each further service has its own script in tests/services/: it defines
+# install_<name> and start_<name> (using PIDS, RUN_DIR, log, wait_for_port, port_free)
+# and exports the variables its tests read.
+SERVICES=()
+for script in tests/services/*.sh; do
+  [ -e "$script" ] || continue
+  # shellcheck source=/dev/null
+  source "$script"
+  SERVICES+=("$(basename "$script" .sh)")
+done
+
 install_python
 install_redis
+for service in "${SERVICES[@]}"; do "install_$service"; done
 rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
 start_redis 6390 "$RUN_DIR/redis"
 start_redis_cluster
+for service in "${SERVICES[@]}"; do "start_$service"; done
 
 export AGENT_STATE_REQUIRE_SERVERS=1
 export AGENT_STATE_REDIS_URL=redis://127.0.0.1:6390/0

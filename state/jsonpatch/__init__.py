@@ -1,9 +1,10 @@
-"""State protocol layer: an RFC 6902 JSON Patch engine under the AG-UI state events."""
+"""RFC 6902 JSON Patch: validate, apply atomically, diff, and rebase analysis (stdlib only)."""
 
 from ._apply import apply_patch, validate_patch
 from ._diff import make_patch
 from ._errors import PatchConflictError, PatchFormatError, ProtocolError
 from ._pointer import escape, unescape
+from ._rebase import rebase_patch
 
 __all__ = [
     "PatchConflictError",
@@ -12,6 +13,7 @@ __all__ = [
     "apply_patch",
     "escape",
     "make_patch",
+    "rebase_patch",
     "unescape",
     "validate_patch",
 ]

@@ -21,7 +21,7 @@ from agent_state.backends import MemoryStorage, StorageUnavailableError
 
 
 class CountingStorage(MemoryStorage):
-    """MemoryStorage that counts batched calls (`read` and `read_shared` are both reads)."""
+    """MemoryStorage that counts batched calls."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,10 +30,6 @@ class CountingStorage(MemoryStorage):
     async def read(self, keys):
         self.reads += 1
         return await super().read(keys)
-
-    async def read_shared(self, keys):
-        self.reads += 1
-        return await super().read_shared(keys)
 
     async def write(self, changes, *, ttl=None):
         self.writes += 1
@@ -530,7 +526,7 @@ async def test_overlapping_turns_that_change_different_members_both_land(app, st
 
 async def test_storage_errors_on_load_propagate():
     class DownStorage(MemoryStorage):
-        async def read_shared(self, keys):  # the turn's one read
+        async def read(self, keys):  # the turn's one read
             raise StorageUnavailableError("store is down")
 
     app = AgentApplication(DownStorage(), app_name="bot")

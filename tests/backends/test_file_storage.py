@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_state._keys import user_key
+from agent_state import open_storage
 from agent_state.backends import (
     ConflictError,
     FileStorage,
@@ -27,7 +28,6 @@ from agent_state.backends import (
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
-    open_storage,
 )
 from agent_state.backends._envelope import wrap
 from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS

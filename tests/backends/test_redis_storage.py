@@ -27,13 +27,13 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from agent_state._keys import conversation_key, session_key, user_key
+from agent_state import open_storage, write_group
 from agent_state.backends import (
     ConflictError,
     FormatError,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
-    open_storage,
 )
 from agent_state.backends._envelope import wrap
 from agent_state.backends._redis import RedisStorage
@@ -303,7 +303,9 @@ async def test_versions_beyond_double_precision_still_grow(either, planted):
 
 async def test_a_new_client_continues_the_versions(standalone):
     first = (await standalone.write({"c/users/r": StoreItem({"i": 1})}))["c/users/r"]
-    other = RedisStorage.from_url(os.environ[STANDALONE_URL], namespace=standalone.layout.namespace)
+    other = RedisStorage.from_url(
+        os.environ[STANDALONE_URL], namespace=standalone.layout.namespace, write_group=write_group
+    )
     second = (await other.write({"c/users/r": StoreItem({"i": 2}, first)}))["c/users/r"]
     await other.close()
     assert int(second) > int(first)
@@ -330,8 +332,8 @@ async def test_documented_layout(standalone):
 async def test_namespaces_are_isolated(standalone):
     url = os.environ[STANDALONE_URL]
     base = standalone.layout.namespace
-    nested = RedisStorage.from_url(url, namespace=f"{base}:inner")
-    bare = RedisStorage.from_url(url)
+    nested = RedisStorage.from_url(url, namespace=f"{base}:inner", write_group=write_group)
+    bare = RedisStorage.from_url(url, write_group=write_group)
     try:
         await standalone.write({"c/users/a": StoreItem({"who": "outer"})})
         await nested.write({"c/users/a": StoreItem({"who": "inner"}), "c/users/b": StoreItem({})})
@@ -359,7 +361,7 @@ async def test_list_spans_every_cluster_node(cluster):
 
 @pytest.mark.parametrize("namespace", [None, "bot", "a:b", "*?[x]\\"])
 def test_layout_round_trips_hostile_keys_and_keeps_turn_groups(namespace):
-    layout = KeyLayout(namespace)
+    layout = KeyLayout(write_group, namespace)
     keys = [
         "c/users/u",
         "a{b}/conversations/}x",
@@ -582,7 +584,7 @@ def test_bad_redis_options_are_refused(url):
 
 async def test_a_given_client_is_left_open(standalone):
     client = Redis.from_url(os.environ[STANDALONE_URL])
-    storage = RedisStorage(client, namespace=standalone.layout.namespace)
+    storage = RedisStorage(client, namespace=standalone.layout.namespace, write_group=write_group)
     await storage.write({"c/users/a": StoreItem({})})
     await storage.close()
     assert await client.ping()

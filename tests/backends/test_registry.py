@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_state.backends import MemoryStorage, StorageConfigError, StoreItem, open_storage
+from agent_state import open_storage
+from agent_state.backends import MemoryStorage, StorageConfigError, StoreItem
 
 
 async def test_memory_urls_give_isolated_stores():

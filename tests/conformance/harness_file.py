@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 from agent_state.backends._file import FileStorage
-from tests.conformance.harness import Harness
+from agent_state.backends.testing import Harness
 
 
 async def file_harness() -> AsyncIterator[Harness]:

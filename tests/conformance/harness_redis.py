@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 
 from redis.exceptions import RedisClusterException, RedisError
 
+from agent_state import write_group
 from agent_state.backends._redis import RedisStorage
 from agent_state.backends._redis_scripts import split_stored, stored_value
-from tests.conformance.harness import Harness
+from agent_state.backends.testing import Harness
 from tests.conftest import server_missing
 
 STANDALONE_URL = "AGENT_STATE_REDIS_URL"
@@ -40,7 +41,9 @@ async def open_reachable(variable: str, *, cluster: bool, namespace: str) -> Red
     url = os.environ.get(variable)
     if not url:
         server_missing(f"Redis{' cluster' if cluster else ''} (${variable} is not set)")
-    storage = RedisStorage.from_url(url, cluster=cluster, namespace=namespace, timeout=2)
+    storage = RedisStorage.from_url(
+        url, cluster=cluster, namespace=namespace, timeout=2, write_group=write_group
+    )
     try:
         await storage.client.ping()
     except (RedisError, RedisClusterException, OSError):
@@ -72,7 +75,9 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
 
     async def open_another() -> RedisStorage:
         others.append(
-            RedisStorage.from_url(os.environ[variable], cluster=cluster, namespace=namespace)
+            RedisStorage.from_url(
+                os.environ[variable], cluster=cluster, namespace=namespace, write_group=write_group
+            )
         )
         return others[-1]
 

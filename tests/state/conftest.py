@@ -10,7 +10,7 @@ from agent_state.backends import MemoryStorage, StoreItem
 
 
 class CountingStorage(MemoryStorage):
-    """MemoryStorage recording the keys of every read (`read` or `read_shared`) and write batch."""
+    """MemoryStorage recording the keys of every read and write batch."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -21,11 +21,6 @@ class CountingStorage(MemoryStorage):
         keys = list(keys)
         self.reads.append(keys)
         return await super().read(keys)
-
-    async def read_shared(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        keys = list(keys)
-        self.reads.append(keys)
-        return await super().read_shared(keys)
 
     async def write(
         self, changes: Mapping[str, StoreItem], *, ttl: float | None = None

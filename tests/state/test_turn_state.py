@@ -25,7 +25,9 @@ from agent_state._scopes import (
     TempState,
     UserState,
 )
-from agent_state._turn_state import Scopes, TurnState
+from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
+from agent_state._plan import Scopes
+from agent_state._turn_state import TurnState
 from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 
@@ -50,9 +52,11 @@ class TeamState(AgentState):
 
 
 async def turn(storage, ids=IDS, custom=()) -> TurnState:
-    state = TurnState(ids, custom)
-    await state.load(storage)
-    return state
+    return await read_turn(storage, ids, Scopes(custom))
+
+
+async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
+    await save_merging(storage, state.stored_buckets(), retries=retries, strict=True)
 
 
 def test_builtin_keys_follow_the_design():
@@ -103,7 +107,7 @@ async def test_unchanged_turn_writes_nothing(storage):
     assert state.user["name"] == "Ada" and state.get("user.n") == 0 and "topic" not in state
     state["user:name"] = "Ada"  # same value: no change
     state["temp:scratch"] = [1, 2]
-    await state.save(storage)
+    await save(storage, state)
     assert storage.writes == []
 
 
@@ -113,7 +117,7 @@ async def test_save_writes_only_changed_buckets_in_one_batch(storage):
     assert state.get("conversation.count") is None  # read, not changed
     state["topic"] = "weather"
     state["temp:scratch"] = "never stored"
-    await state.save(storage)
+    await save(storage, state)
     assert storage.writes == [sorted([USER, SESSION])]
     assert await storage.stored(USER) == {"name": "Ada"}
     assert await storage.stored(SESSION) == {"topic": "weather"}
@@ -124,7 +128,7 @@ async def test_save_writes_only_changed_buckets_in_one_batch(storage):
 async def test_temp_is_never_read_or_written(storage):
     state = await turn(storage)
     state.temp["x"] = {"big": list(range(10))}
-    await state.save(storage)
+    await save(storage, state)
     assert storage.writes == [] and all(None not in keys for keys in storage.reads)
     assert (await turn(storage)).temp.get("x") is None
 
@@ -134,7 +138,7 @@ async def test_state_round_trips_between_turns(storage):
     first.set("user.profile.name", "Ada")
     first["app:flag"] = False
     first["session:count"] = 0
-    await first.save(storage)
+    await save(storage, first)
     second = await turn(storage)
     assert second.get("user.profile.name") == "Ada"
     assert second["app:flag"] is False and second["count"] == 0
@@ -144,38 +148,39 @@ async def test_state_round_trips_between_turns(storage):
 async def test_second_save_in_the_same_turn_uses_the_new_etags(storage):
     state = await turn(storage)
     state["user:n"] = 1
-    await state.save(storage)
+    await save(storage, state)
     etag = state.user.etag
     assert etag is not None and not state.user.changed
     state["user:n"] = 2
-    await state.save(storage)
+    await save(storage, state)
     assert state.user.etag != etag and await storage.stored(USER) == {"n": 2}
-    await state.save(storage)
+    await save(storage, state)
     assert len(storage.writes) == 2
 
 
-async def test_conflict_names_the_scope_and_keeps_unconflicted_writes(storage):
+async def test_conflict_names_the_scope_and_writes_nothing_of_the_batch(storage):
     a = await turn(storage)
     b = await turn(storage)
     a["conversation:topic"] = "a"
-    await a.save(storage)
+    await save(storage, a)
     b["conversation:topic"] = "b"
     b["user:seen"] = True
     with pytest.raises(StateConflictError) as info:
-        await b.save(storage)
+        await save(storage, b)
     error = info.value
     assert error.scopes == ["conversation"] and error.keys == [CONVERSATION]
-    assert list(error.written) == [USER] and "conversation" in str(error)
-    assert not b.user.changed and b.conversation.changed  # ready for a retry
+    assert error.written == {} and "conversation" in str(error)  # memory batches are atomic
+    assert b.user.changed and b.conversation.changed  # ready for a retry
+    assert await storage.stored(USER) is None
     assert await storage.stored(CONVERSATION) == {"topic": "a"}
 
 
 async def test_create_conflict_when_both_turns_create(storage):
     a, b = await turn(storage), await turn(storage)
     a["topic"], b["topic"] = "a", "b"
-    await a.save(storage)
+    await save(storage, a)
     with pytest.raises(StateConflictError) as info:
-        await b.save(storage)
+        await save(storage, b)
     assert info.value.scopes == ["session"]
 
 
@@ -184,7 +189,7 @@ async def test_non_json_values_fail_before_any_write(storage):
     state["user:ok"] = 1
     state.conversation.data["bad"] = {1, 2}  # slipped in past the set-time check
     with pytest.raises(StateValueError):
-        await state.save(storage)
+        await save(storage, state)
     assert storage.writes == []
 
 
@@ -283,14 +288,14 @@ async def test_missing_ids_skip_scopes_but_the_turn_runs(storage):
             touch()
     with pytest.raises(MissingIdError, match="conversation_id"):
         _ = state.session
-    await state.save(storage)
+    await save(storage, state)
     assert storage.writes == [[USER]]
 
 
 async def test_a_turn_with_no_ids_reads_nothing(storage):
     state = await turn(storage, TurnIds())
     state["temp:x"] = 1
-    await state.save(storage)
+    await save(storage, state)
     assert storage.reads == [] and storage.writes == []
 
 
@@ -307,7 +312,7 @@ async def test_custom_scope_round_trip(storage):
     assert state.team is state.scope("team")
     state["team:goal"] = "ship"
     state.set("team.members.ada", True)
-    await state.save(storage)
+    await save(storage, state)
     assert storage.writes == [["msteams/teams/bot"]]
     again = await turn(storage, custom=[TeamState])
     assert again["team:goal"] == "ship" and again.get("team.members.ada") is True
@@ -343,7 +348,7 @@ def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
         lambda: [_scope("team"), _scope("team")],
         lambda: [_scope("user")],
         lambda: [_scope("get")],
-        lambda: [_scope("save")],
+        lambda: [_scope("discard")],
         lambda: [_scope("a", key="same"), _scope("b", key="same")],
         lambda: [_scope("a", key=USER)],
         lambda: [type("NoKey", (AgentState,), {"scope": "nokey"})],
@@ -396,19 +401,6 @@ def test_scopes_compute_the_keys_of_the_same_ids_once():
     assert len(calls) == 2
 
 
-async def test_buckets_used_before_or_after_the_load_are_both_loaded(storage):
-    await storage.write({USER: _item({"name": "Ada"}), CONVERSATION: _item({"n": 1})})
-    storage.writes.clear()
-    state = TurnState(IDS)
-    early = state.user
-    await state.load(storage)
-    assert early is state.user and early["name"] == "Ada"
-    assert state.conversation["n"] == 1 and state.session.etag is None
-    assert sorted(state.scope_names) == sorted(["user", "conversation", "session", "app", "temp"])
-    await state.save(storage)
-    assert storage.writes == []
-
-
 class NamespacedTeamState(TeamState):
     """TeamState with its key under the turn's namespace, as every key must be."""
 
@@ -440,21 +432,21 @@ async def test_changes_to_different_members_merge_into_the_newer_version(storage
     a, b = await turn(storage), await turn(storage)
     a["conversation:messages"] = a["conversation:messages"] + 1
     a["user:seen"] = True
-    await a.save(storage)
+    await save(storage, a)
     b["conversation:topic"] = "new"
     b.set("conversation.poll.ada", "yes")
     b["topic"] = "session"
     storage.writes.clear()
-    await b.save(storage)
+    await save(storage, b)
     assert await storage.stored(CONVERSATION) == {
         "topic": "new",
         "messages": 2,
         "poll": {"ada": "yes"},
     }
     assert await storage.stored(SESSION) == {"topic": "session"}
-    assert storage.writes == [sorted([CONVERSATION, SESSION]), [CONVERSATION]]
+    assert storage.writes == [sorted([CONVERSATION, SESSION])] * 2  # atomic: all again
     assert b.conversation.etag == (await storage.read([CONVERSATION]))[CONVERSATION].etag
-    await b.save(storage)
+    await save(storage, b)
     assert len(storage.writes) == 2  # merged and saved: nothing left to write
 
 
@@ -464,24 +456,24 @@ async def test_the_same_change_by_two_turns_is_a_conflict_not_a_lost_update(stor
     a, b = await turn(storage), await turn(storage)
     for state in (a, b):
         state["user:visits"] = state["user:visits"] + 1
-    await a.save(storage)
+    await save(storage, a)
     with pytest.raises(StateConflictError) as info:
-        await b.save(storage)
+        await save(storage, b)
     assert info.value.paths == ["/visits"] and info.value.scopes == ["user"]
     assert await storage.stored(USER) == {"visits": 2}
 
 
-async def test_a_conflict_names_the_paths_and_keeps_what_was_written(storage):
+async def test_a_conflict_names_the_paths_and_writes_nothing(storage):
     await storage.write({CONVERSATION: _item({"items": [1]})})
     a, b = await turn(storage), await turn(storage)
     a.get("conversation.items").append("a")
-    await a.save(storage)
+    await save(storage, a)
     b.get("conversation.items").append("b")
     b["user:seen"] = True
     with pytest.raises(StateConflictError) as info:
-        await b.save(storage)
+        await save(storage, b)
     assert info.value.paths == ["/items/1"] and info.value.keys == [CONVERSATION]
-    assert list(info.value.written) == [USER] and await storage.stored(USER) == {"seen": True}
+    assert info.value.written == {} and await storage.stored(USER) is None
     assert await storage.stored(CONVERSATION) == {"items": [1, "a"]}
 
 
@@ -491,16 +483,16 @@ async def test_a_bucket_deleted_meanwhile_is_not_brought_back(storage):
     state["user:last_seen"] = "today"
     await storage.delete([USER])  # e.g. the user asked to be forgotten
     with pytest.raises(StateConflictError, match="deleted") as info:
-        await state.save(storage)
+        await save(storage, state)
     assert info.value.scopes == ["user"] and await storage.stored(USER) is None
 
 
 async def test_buckets_created_by_two_turns_merge(storage):
     a, b = await turn(storage), await turn(storage)
     a["topic"] = "a"
-    await a.save(storage)
+    await save(storage, a)
     b["mood"] = "b"
-    await b.save(storage)
+    await save(storage, b)
     assert await storage.stored(SESSION) == {"topic": "a", "mood": "b"}
 
 
@@ -521,10 +513,10 @@ async def test_merging_is_bounded_by_retries():
     state = await turn(storage)
     state["conversation:mine"] = True
     with pytest.raises(StateConflictError, match="gave up after 3") as info:
-        await state.save(storage, retries=2)
+        await save(storage, state, retries=2)
     assert info.value.scopes == ["conversation"] and info.value.paths == []
     assert len(storage.writes) == 3 and len(storage.reads) == 3  # the load, then 2 re-reads
     assert await storage.stored(CONVERSATION) == {"other": 3}
     for bad in (-1, 1.5, None):
         with pytest.raises(ValueError):
-            await state.save(storage, retries=bad)  # type: ignore[arg-type]
+            await save(storage, state, retries=bad)  # type: ignore[arg-type]

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent_state._errors import StatePathError, StateValidationError, StateValueError
 from agent_state._ids import TurnIds
 from agent_state._scopes import UserState
+from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
+from agent_state._plan import Scopes
 from agent_state._turn_state import TurnState
 from agent_state._typed import SCHEMA_FIELD
 from agent_state.backends import StoreItem
@@ -218,34 +220,36 @@ def test_data_setter_takes_a_model_instance():
         bucket.data = {"name": "Ada"}
 
 
+async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
+    await save_merging(storage, state.stored_buckets(), retries=retries, strict=True)
+
+
 async def test_typed_bucket_in_a_turn_round_trips(storage):
-    state = TurnState(IDS, custom_scopes=[ProfileState])
-    await state.load(storage)
+    state = await read_turn(storage, IDS, Scopes([ProfileState]))
     assert isinstance(state.user, ProfileState)
     state.user.data.tags.append("vip")
     state.set("user.address.city", "Paris")
     assert state.get("user.address.city") == "Paris" and state["user:visits"] == 0
-    await state.save(storage)
+    await save(storage, state)
     stored = await storage.stored(KEY)
     assert stored is not None and stored[SCHEMA_FIELD] == 2
     assert stored["tags"] == ["vip"] and stored["address"]["city"] == "Paris"
 
-    again = TurnState(IDS, custom_scopes=[ProfileState])
-    await again.load(storage)
+    again = await read_turn(storage, IDS, Scopes([ProfileState]))
     assert again.user.data.address.city == "Paris"
-    await again.save(storage)
+    await save(storage, again)
     assert len(storage.writes) == 1  # reading a typed bucket writes nothing
 
 
 async def test_set_path_into_a_strict_model_names_the_field(storage):
-    state = TurnState(IDS, custom_scopes=[StrictState])
+    state = TurnState(IDS, [StrictState])
     with pytest.raises(StateValidationError) as info:
         state.set("user.visits", "many")
     assert info.value.field == "visits"
 
 
 def test_setting_a_field_the_model_lacks_is_a_path_error():
-    state = TurnState(IDS, custom_scopes=[ProfileState])
+    state = TurnState(IDS, [ProfileState])
     for set_it in (
         lambda: state.user.__setitem__("nickname", "x"),
         lambda: state.__setitem__("user:nickname", "x"),
@@ -274,14 +278,12 @@ def test_a_model_that_allows_extra_fields_takes_new_ones():
 
 async def test_typed_turns_merge_changes_to_different_fields(storage):
     await storage.write({KEY: StoreItem({SCHEMA_FIELD: 2, "name": "Ada", "visits": 1}, None)})
-    a = TurnState(IDS, custom_scopes=[ProfileState])
-    b = TurnState(IDS, custom_scopes=[ProfileState])
-    await a.load(storage)
-    await b.load(storage)
+    a = await read_turn(storage, IDS, Scopes([ProfileState]))
+    b = await read_turn(storage, IDS, Scopes([ProfileState]))
     a.user.data.tags.append("vip")
-    await a.save(storage)
+    await save(storage, a)
     b.user.data.address.city = "Paris"
-    await b.save(storage)
+    await save(storage, b)
     merged = await storage.stored(KEY)
     assert merged is not None and merged["tags"] == ["vip"]
     assert merged["address"]["city"] == "Paris" and merged["visits"] == 1

@@ -6,22 +6,26 @@ import importlib
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._base import Storage
-from ._errors import StorageConfigError
+from ._keys import write_group
+from .backends import Storage, StorageConfigError
 
 _SCHEMES: dict[str, str] = {
     "memory": "agent_state.backends._memory:MemoryStorage",
     "redis": "agent_state.backends._redis:RedisStorage",
     "rediss": "agent_state.backends._redis:RedisStorage",
     "file": "agent_state.backends._file:FileStorage",
+    "azure-blob": "agent_state.backends._blob:BlobStorage",
+    "cosmos": "agent_state.backends._cosmos:CosmosStorage",
 }
 
 
 def open_storage(url: str, **options: Any) -> Storage:
     """Create a storage from a URL such as `memory://` or `file://./state` or `file:///abs`.
 
-    Extra keyword options go to the backend's constructor.
+    Extra keyword options go to the backend's constructor. Every storage gets the key
+    scheme's `write_group`, so all clients of one store lay its keys out alike.
     """
+    options.setdefault("write_group", write_group)
     if not isinstance(url, str) or "://" not in url:
         raise StorageConfigError(f"storage URL must look like 'scheme://...', got {url!r}")
     scheme = urlsplit(url).scheme.lower()

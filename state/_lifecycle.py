@@ -1,0 +1,144 @@
+"""The turn lifecycle: load every bucket in one read, save the changed ones in one write.
+
+`open_turn` is the one way a turn (a bot turn, a background job, an AG-UI run) gets its
+state: `async with open_turn(storage, ids) as state:` loads in one batched read and saves on
+a clean exit; an exception (or `state.discard()`) saves nothing. A conflicting save goes
+through `retry_on_conflict`, the one retry loop: turns and `open_state` blocks replay their
+patch onto the newer version, `edit_state` re-runs its function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+from ._bucket import AgentState
+from ._errors import StateConflictError
+from ._ids import TurnIds
+from ._plan import Scopes
+from ._turn_state import TurnState
+from .backends import ConflictError, Storage
+
+T = TypeVar("T")
+
+MERGE_RETRIES = 3
+"""How many times a save replays its changes onto a newer version after a conflict."""
+
+
+async def read_turn(storage: Storage, ids: TurnIds, scopes: Scopes) -> TurnState:
+    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read."""
+    keys = scopes.plan(ids).keys
+    return TurnState(ids, scopes, await storage.read(keys) if keys else {})
+
+
+async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
+    """Write the changed buckets in one conditional batch; none when nothing changed.
+
+    A failed precondition raises `StateConflictError` naming the scopes; buckets of the batch
+    that were written anyway are marked saved, the others keep their changes for a retry.
+    """
+    pending = {}
+    for bucket in buckets:
+        item = bucket.pending_write()
+        if item is not None and bucket.key is not None:
+            pending[bucket.key] = (bucket, item)
+    if not pending:
+        return
+    try:
+        etags = await storage.write({key: item for key, (_, item) in pending.items()})
+    except ConflictError as exc:
+        for key, etag in exc.written.items():
+            pending[key][0].mark_saved(etag)
+        scopes = [pending[key][0].scope for key in exc.keys]
+        raise StateConflictError(exc.keys, exc.written, scopes=scopes) from exc
+    for key, etag in etags.items():
+        pending[key][0].mark_saved(etag)
+
+
+async def retry_on_conflict(retries: int, attempt: Callable[[int], Awaitable[T]]) -> T:
+    """Run `attempt(0)`, then `attempt(1)`... while it raises `StateConflictError`, at most
+    `retries` more times; the last conflict names every key written along the way."""
+    check_retries(retries)
+    written: dict[str, str] = {}
+    for number in range(retries + 1):
+        try:
+            return await attempt(number)
+        except StateConflictError as exc:
+            written.update(exc.written)
+            if not exc.retryable or number == retries:
+                failed = exc
+                break
+    message = failed.reason
+    if failed.retryable:
+        scopes = ", ".join(map(repr, failed.scopes))
+        message = f"gave up after {number + 1} conflicting writes of {scopes} state"
+    raise StateConflictError(
+        failed.keys,
+        written,
+        scopes=failed.scopes,
+        paths=failed.paths,
+        message=message,
+        retryable=failed.retryable,
+    ) from failed
+
+
+async def save_merging(
+    storage: Storage, buckets: list[AgentState], *, retries: int, strict: bool
+) -> None:
+    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase, write again.
+
+    `strict` also refuses a change both writers made (two turns that each add 1 agree on
+    the result but must not count once).
+    """
+    conflict: list[StateConflictError] = []
+
+    async def attempt(number: int) -> None:
+        if number:
+            await _rebase(storage, buckets, conflict[-1].keys, strict)
+        try:
+            await save_buckets(storage, buckets)
+        except StateConflictError as exc:
+            conflict.append(exc)
+            raise
+
+    await retry_on_conflict(retries, attempt)
+
+
+@asynccontextmanager
+async def open_turn(
+    storage: Storage,
+    ids: TurnIds,
+    *,
+    scopes: Scopes | Iterable[type[AgentState]] = (),
+    retries: int = MERGE_RETRIES,
+    strict: bool = True,
+) -> AsyncIterator[TurnState]:
+    """Load the turn's buckets in one read, yield its `TurnState`, save it on a clean exit.
+
+    `scopes`: a `Scopes` plan, or custom scope classes added to the built-in ones. On a
+    conflict the turn's changes are replayed onto the newer versions (`retries` times);
+    `StateConflictError` names the scopes and paths when both changed the same path (with
+    `strict`, even to the same value). An exception in the block saves nothing.
+    """
+    check_retries(retries)
+    state = await read_turn(storage, ids, scopes if isinstance(scopes, Scopes) else Scopes(scopes))
+    yield state
+    if not state.discarded:
+        await save_merging(storage, state.stored_buckets(), retries=retries, strict=strict)
+
+
+def check_retries(retries: object) -> None:
+    """Refuse a retry count that is not an int >= 0 (before anything is read or written)."""
+    if type(retries) is not int or retries < 0:
+        raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+
+
+async def _rebase(
+    storage: Storage, buckets: list[AgentState], keys: list[str], strict: bool
+) -> None:
+    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
+    found = await storage.read(keys)
+    by_key = {bucket.key: bucket for bucket in buckets}
+    for key in keys:
+        by_key[key].rebase(found.get(key), strict=strict)

@@ -1,0 +1,120 @@
+"""The scope plan: which bucket classes a turn has, and each one's storage key for given ids.
+
+`Scopes` is built once per application (custom scopes checked once); its `plan(ids)` is
+cached for recently seen ids, since `key_for` depends on the ids alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from typing import NamedTuple
+
+from ._bucket import AgentState
+from ._errors import MissingIdError, ScopeError
+from ._ids import TurnIds
+from ._keys import escape_segment
+from ._scopes import BUILTIN_SCOPES
+
+_BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
+PLAN_CACHE_SIZE = 4096
+"""Distinct ids whose keys an application keeps (about 1 KB each)."""
+
+
+class Plan(NamedTuple):
+    """The buckets of a turn with given ids; shared by every such turn, so never mutated."""
+
+    scopes: dict[str, tuple[type[AgentState], str | None]]
+    """Each scope's bucket class and storage key (None for a scope that is never stored)."""
+    keys: tuple[str, ...]
+    """The keys to read, in scope order."""
+    missing: dict[str, MissingIdError]
+    """The scopes whose key needs an id these ids lack."""
+
+    def has(self, name: str) -> bool:
+        """Whether `name` is a scope of the turn (with or without the ids it needs)."""
+        return name in self.scopes or name in self.missing
+
+
+class Scopes:
+    """The scope classes of a turn, built-in plus custom ones, checked once, and their keys.
+
+    `AgentApplication` builds one and hands it to every `TurnState`, so turns skip the checks
+    and the keys of recently seen ids come from a bounded cache (`key_for` depends on ids only).
+    """
+
+    __slots__ = ("classes", "plan")
+
+    def __init__(
+        self, custom_scopes: Iterable[type[AgentState]] = (), *, include_builtin: bool = True
+    ) -> None:
+        """`include_builtin=False`: only the given classes (a background job's one scope)."""
+        self.classes: tuple[tuple[str, type[AgentState]], ...] = tuple(
+            _scope_classes(custom_scopes, include_builtin).items()
+        )
+        self.plan: Callable[[TurnIds], Plan] = lru_cache(maxsize=PLAN_CACHE_SIZE)(self._plan)
+
+    def _plan(self, ids: TurnIds) -> Plan:
+        """The buckets of a turn with `ids`; `ScopeError` when two scopes share a key."""
+        scopes: dict[str, tuple[type[AgentState], str | None]] = {}
+        missing: dict[str, MissingIdError] = {}
+        owners: dict[str, str] = {}
+        for name, cls in self.classes:
+            if not cls.persisted:
+                scopes[name] = (cls, None)
+                continue
+            try:
+                key = scope_key(cls, ids)
+            except MissingIdError as exc:
+                missing[name] = exc
+                continue
+            if key in owners:
+                raise ScopeError(f"scopes {owners[key]!r} and {name!r} have the same key {key!r}")
+            owners[key] = name
+            scopes[name] = (cls, key)
+        return Plan(scopes, tuple(owners), missing)
+
+
+def scope_key(cls: type[AgentState], ids: TurnIds) -> str:
+    """`cls.key_for(ids)`; `ScopeError` when `ids` has a namespace and the key lies outside it."""
+    key = cls.key_for(ids)
+    namespace = ids.namespace
+    if namespace is not None and not key.startswith(
+        f"{escape_segment(namespace, what='namespace')}/"
+    ):
+        raise ScopeError(
+            f"{cls.__name__}.key_for() gave {key!r}, outside the namespace {namespace!r}: "
+            f"a key must start with escape_segment(ids.namespace) + '/'"
+        )
+    return key
+
+
+def _scope_classes(
+    custom_scopes: Iterable[type[AgentState]], include_builtin: bool
+) -> dict[str, type[AgentState]]:
+    """The built-in scopes with the custom ones added (or replacing a built-in they subclass)."""
+    from ._turn_state import TurnState  # its attribute names are off limits for scopes
+
+    reserved = {name for name in dir(TurnState) if not name.startswith("_")}
+    classes = dict(_BUILTIN) if include_builtin else {}
+    custom: dict[str, type[AgentState]] = {}
+    for cls in custom_scopes:
+        if not (isinstance(cls, type) and issubclass(cls, AgentState)):
+            raise ScopeError(f"custom scopes are AgentState subclasses, got {cls!r}")
+        name = getattr(cls, "scope", None)
+        if name is None:
+            raise ScopeError(f"{cls.__name__} needs a `scope` name")
+        if custom.get(name, cls) is not cls:
+            raise ScopeError(f"{custom[name].__name__} and {cls.__name__} both claim {name!r}")
+        builtin = _BUILTIN.get(name)
+        if builtin is not None and not issubclass(cls, builtin):
+            raise ScopeError(
+                f"{cls.__name__} claims the built-in scope {name!r}; "
+                f"subclass {builtin.__name__} to replace it"
+            )
+        if builtin is None and name in reserved:
+            raise ScopeError(f"scope name {name!r} clashes with TurnState.{name}")
+        if cls.persisted and cls.key_for.__func__ is AgentState.key_for.__func__:  # type: ignore[attr-defined]
+            raise ScopeError(f"{cls.__name__} is persisted, so it must override key_for()")
+        custom[name] = classes[name] = cls
+    return classes
