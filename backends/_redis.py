@@ -147,7 +147,7 @@ class RedisStorage(Storage):
         groups = self._groups(list(by_key))
         calls = []
         for group in groups:
-            args = ["1", ttl_ms]  # one script per slot: its keys all-or-nothing
+            args: list[str | bytes] = ["1", ttl_ms]  # one script per slot: all-or-nothing
             for key, _ in group:
                 write = by_key[key]
                 args += ["" if write.expected is None else write.expected, wrap(key, write.data)]

@@ -102,7 +102,7 @@ class StorageContract:
     def storage(self, harness: Harness) -> Storage:
         return harness.storage
 
-    async def test_create_read_update_delete(self, storage):
+    async def test_create_read_update_delete(self, storage: Storage) -> None:
         etag1 = await create(storage, "c/users/ada", {"name": "Ada", "n": 0})
         assert isinstance(etag1, str) and etag1
         item = (await storage.read(["c/users/ada"]))["c/users/ada"]
@@ -116,13 +116,13 @@ class StorageContract:
         assert await storage.read(["c/users/ada"]) == {}
         await storage.delete(["c/users/ada", "c/users/never"])  # missing keys are no-ops
 
-    async def test_batch_read_leaves_out_missing_keys(self, storage):
+    async def test_batch_read_leaves_out_missing_keys(self, storage: Storage) -> None:
         await storage.write({"k/a": StoreItem({"a": 1}), "k/b": StoreItem({"b": 2})})
         found = await storage.read(["k/a", "k/missing", "k/b", "k/a"])
         assert {k: v.value for k, v in found.items()} == {"k/a": {"a": 1}, "k/b": {"b": 2}}
         assert await storage.read([]) == {}
 
-    async def test_falsy_and_nested_values_round_trip(self, storage):
+    async def test_falsy_and_nested_values_round_trip(self, storage: Storage) -> None:
         value = {
             "zero": 0,
             "empty": "",
@@ -136,7 +136,7 @@ class StorageContract:
         await create(storage, "k/v", value)
         assert (await storage.read(["k/v"]))["k/v"].value == value
 
-    async def test_deleting_recreated_key_never_reuses_a_version(self, storage):
+    async def test_deleting_recreated_key_never_reuses_a_version(self, storage: Storage) -> None:
         first = await create(storage, "k/r", {"i": 1})
         await storage.delete(["k/r"])
         second = await create(storage, "k/r", {"i": 2})
@@ -144,7 +144,7 @@ class StorageContract:
         with pytest.raises(ConflictError):
             await storage.write({"k/r": StoreItem({"i": 3}, first)})
 
-    async def test_stale_version_is_a_conflict_naming_the_key(self, storage):
+    async def test_stale_version_is_a_conflict_naming_the_key(self, storage: Storage) -> None:
         old = await create(storage, "k/p", {"v": 1})
         await storage.write({"k/p": StoreItem({"v": 2}, old)})
         with pytest.raises(ConflictError) as info:
@@ -152,27 +152,31 @@ class StorageContract:
         assert info.value.keys == ["k/p"] and info.value.written == {}
         assert (await storage.read(["k/p"]))["k/p"].value == {"v": 2}
 
-    async def test_create_only_fails_on_existing_key(self, storage):
+    async def test_create_only_fails_on_existing_key(self, storage: Storage) -> None:
         await create(storage, "k/e", {"v": 1})
         with pytest.raises(ConflictError) as info:
             await create(storage, "k/e", {"v": 2})
         assert info.value.keys == ["k/e"]
         assert (await storage.read(["k/e"]))["k/e"].value == {"v": 1}
 
-    async def test_version_precondition_on_missing_key_is_a_conflict(self, storage):
+    async def test_version_precondition_on_missing_key_is_a_conflict(
+        self, storage: Storage
+    ) -> None:
         etag = await create(storage, "k/m", {"v": 1})
         await storage.delete(["k/m"])
         with pytest.raises(ConflictError):
             await storage.write({"k/m": StoreItem({"v": 2}, etag)})
         assert await storage.read(["k/m"]) == {}
 
-    async def test_unconditional_write_creates_and_overwrites(self, storage):
+    async def test_unconditional_write_creates_and_overwrites(self, storage: Storage) -> None:
         first = (await storage.write({"k/u": StoreItem({"v": 1}, "*")}))["k/u"]
         second = (await storage.write({"k/u": StoreItem({"v": 2}, "*")}))["k/u"]
         assert first != second
         assert (await storage.read(["k/u"]))["k/u"] == StoreItem({"v": 2}, second)
 
-    async def test_conflict_names_every_failed_key_and_reports_the_written_ones(self, storage):
+    async def test_conflict_names_every_failed_key_and_reports_the_written_ones(
+        self, storage: Storage
+    ) -> None:
         a = await create(storage, "k/a", {"v": 1})
         await create(storage, "k/b", {"v": 1})
         await storage.write({"k/a": StoreItem({"v": 2}, a)})
@@ -195,17 +199,18 @@ class StorageContract:
             assert stored["k/c"] == StoreItem({"v": 3}, error.written["k/c"])
         assert stored["k/a"].value == {"v": 2} and stored["k/b"].value == {"v": 1}
 
-    async def test_delete_precondition(self, storage):
+    async def test_delete_precondition(self, storage: Storage) -> None:
         etag = await create(storage, "k/d", {"v": 1})
         await storage.write({"k/d": StoreItem({"v": 2}, etag)})
         with pytest.raises(ConflictError) as info:
             await storage.delete(["k/d"], if_match={"k/d": etag})
         assert info.value.keys == ["k/d"]
         current = (await storage.read(["k/d"]))["k/d"]
+        assert current.etag is not None
         await storage.delete(["k/d"], if_match={"k/d": current.etag})
         assert await storage.read(["k/d"]) == {}
 
-    async def test_concurrent_create_only_writers_exactly_one_wins(self, harness: Harness):
+    async def test_concurrent_create_only_writers_exactly_one_wins(self, harness: Harness) -> None:
         clients = [harness.storage] + [await harness.open_another() for _ in range(3)]
 
         async def attempt(i: int) -> int | None:
@@ -221,7 +226,7 @@ class StorageContract:
         stored = await harness.storage.read(["race/one"])
         assert stored["race/one"].value == {"winner": winners[0]}
 
-    async def test_read_modify_write_with_retry_loses_no_update(self, harness: Harness):
+    async def test_read_modify_write_with_retry_loses_no_update(self, harness: Harness) -> None:
         clients = [harness.storage] + [await harness.open_another() for _ in range(3)]
         await create(harness.storage, "race/counter", {"n": 0})
 
@@ -240,7 +245,7 @@ class StorageContract:
         await asyncio.gather(*(increment(i) for i in range(tasks)))
         assert (await harness.storage.read(["race/counter"]))["race/counter"].value == {"n": tasks}
 
-    async def test_hostile_ids_round_trip_and_never_collide(self, storage):
+    async def test_hostile_ids_round_trip_and_never_collide(self, storage: Storage) -> None:
         keys = {}
         for i, ident in enumerate(HOSTILE_IDS):
             keys[f"chan/users/{_escape(ident)}"] = i
@@ -257,7 +262,7 @@ class StorageContract:
     @pytest.mark.parametrize(
         "key", ["", "a//b", "/abs", "a/", "../up", "a/../b", "a/./b", ".", "nul\x00", "\ud800"]
     )
-    async def test_malformed_keys_are_refused(self, storage, key):
+    async def test_malformed_keys_are_refused(self, storage: Storage, key: Any) -> None:
         with pytest.raises(InvalidKeyError):
             await storage.write({key: StoreItem({"v": 1})})
         with pytest.raises(InvalidKeyError):
@@ -265,26 +270,28 @@ class StorageContract:
         with pytest.raises(InvalidKeyError):
             await storage.delete([key])
 
-    async def test_non_string_keys_are_refused(self, storage):
+    async def test_non_string_keys_are_refused(self, storage: Storage) -> None:
         with pytest.raises(InvalidKeyError):
-            await storage.read([42])
+            await storage.read([42])  # type: ignore[list-item]
         with pytest.raises(InvalidKeyError):
             await storage.read("k/a")  # a lone string would iterate as one-character keys
 
-    async def test_one_megabyte_documents(self, storage):
+    async def test_one_megabyte_documents(self, storage: Storage) -> None:
         value = {"blob": "x" * 1_000_000, "items": list(range(20_000))}
         await create(storage, "k/big", value)
         assert (await storage.read(["k/big"]))["k/big"].value == value
 
-    async def test_oversized_document_fails_before_anything_is_written(self, storage):
+    async def test_oversized_document_fails_before_anything_is_written(
+        self, storage: Storage
+    ) -> None:
         too_big = {"blob": "x" * (storage.max_document_bytes + 1)}
         with pytest.raises(StateTooLargeError) as info:
             await storage.write({"k/small": StoreItem({"ok": True}), "k/huge": StoreItem(too_big)})
         assert info.value.key == "k/huge" and info.value.limit == storage.max_document_bytes
         assert await storage.read(["k/small", "k/huge"]) == {}
 
-    async def test_no_aliasing_either_way(self, storage):
-        value = {"list": [1, {"deep": "a"}]}
+    async def test_no_aliasing_either_way(self, storage: Storage) -> None:
+        value: dict[str, Any] = {"list": [1, {"deep": "a"}]}
         await create(storage, "k/alias", value)
         value["list"][1]["deep"] = "changed by caller after write"
         first = (await storage.read(["k/alias"]))["k/alias"].value
@@ -302,24 +309,26 @@ class StorageContract:
             ({"o": object()}, InvalidValueError),
         ],
     )
-    async def test_invalid_values_fail_before_anything_is_written(self, storage, bad_value, error):
+    async def test_invalid_values_fail_before_anything_is_written(
+        self, storage: Storage, bad_value: Any, error: Any
+    ) -> None:
         with pytest.raises(error):
             await storage.write({"k/good": StoreItem({"ok": 1}), "k/bad": StoreItem(bad_value)})
         assert await storage.read(["k/good", "k/bad"]) == {}
 
-    async def test_invalid_arguments_are_refused(self, storage):
+    async def test_invalid_arguments_are_refused(self, storage: Storage) -> None:
         with pytest.raises(InvalidValueError):
-            await storage.write({"k/a": {"not": "a StoreItem"}})
+            await storage.write({"k/a": {"not": "a StoreItem"}})  # type: ignore[dict-item]
         with pytest.raises(InvalidValueError):
             await storage.write({"k/a": StoreItem({"v": 1}, "")})
         for ttl in (0, -1, float("nan"), True, "10"):
             with pytest.raises(InvalidValueError):
-                await storage.write({"k/a": StoreItem({"v": 1})}, ttl=ttl)
+                await storage.write({"k/a": StoreItem({"v": 1})}, ttl=ttl)  # type: ignore[arg-type]
         with pytest.raises(InvalidValueError):
             await storage.delete(["k/a"], if_match={"k/other": "1"})
         assert await storage.read(["k/a"]) == {}
 
-    async def test_invalid_input_is_checked_before_any_io(self, harness: Harness):
+    async def test_invalid_input_is_checked_before_any_io(self, harness: Harness) -> None:
         """A closed store fails every I/O; bad input must be refused before that point."""
         another = await harness.open_another()
         if another is harness.storage:
@@ -328,7 +337,7 @@ class StorageContract:
         with pytest.raises(InvalidKeyError):
             await another.write({"a//b": StoreItem({})})
         with pytest.raises(InvalidValueError):
-            await another.write({"k/a": StoreItem([])})
+            await another.write({"k/a": StoreItem([])})  # type: ignore[arg-type]
         with pytest.raises(StorageUnavailableError):
             await another.read(["k/a"])
 
@@ -342,7 +351,9 @@ class StorageContract:
         ],
         ids=["newer-version", "string-version", "no-envelope", "garbage"],
     )
-    async def test_unknown_formats_are_refused_and_left_intact(self, harness: Harness, raw):
+    async def test_unknown_formats_are_refused_and_left_intact(
+        self, harness: Harness, raw: Any
+    ) -> None:
         if not raw.startswith(b"{") and not harness.stores_bytes:
             pytest.skip(f"{type(harness.storage).__name__} holds JSON documents, not bytes")
         await harness.put_raw("k/f", raw)
@@ -353,13 +364,15 @@ class StorageContract:
             await harness.storage.write({"k/f": StoreItem({"fresh": True}, None)})
         assert await harness.get_raw("k/f") == raw
 
-    async def test_stored_envelope_has_format_version_and_metadata(self, harness: Harness):
+    async def test_stored_envelope_has_format_version_and_metadata(self, harness: Harness) -> None:
         await create(harness.storage, "k/env", {"a": 1})
-        envelope = orjson.loads(await harness.get_raw("k/env"))
+        raw = await harness.get_raw("k/env")
+        assert raw is not None
+        envelope = orjson.loads(raw)
         assert envelope["v"] == 1 and envelope["data"] == {"a": 1}
         assert envelope["key"] == "k/env" and "updated_at" in envelope["meta"]
 
-    async def test_list_by_prefix(self, storage):
+    async def test_list_by_prefix(self, storage: Storage) -> None:
         keys = ["t/users/1", "t/users/2", "t/users2/x", "t/conversations/c", "u/users/1"]
         await storage.write({k: StoreItem({}) for k in keys})
         assert sorted([k async for k in storage.list("t/users/")]) == ["t/users/1", "t/users/2"]
@@ -369,7 +382,7 @@ class StorageContract:
         assert sorted([k async for k in storage.list()]) == sorted(keys)
         assert [k async for k in storage.list("none/")] == []
 
-    async def test_ttl_expiry(self, storage):
+    async def test_ttl_expiry(self, storage: Storage) -> None:
         ttl = 0.5
         await storage.write({"k/ttl": StoreItem({"v": 1}), "k/keep": StoreItem({"v": 1})}, ttl=None)
         written_at = time.monotonic()
@@ -383,7 +396,9 @@ class StorageContract:
         assert [k async for k in storage.list("k/")] == ["k/keep"]
         assert await create(storage, "k/ttl", {"v": 3})  # an expired key can be created again
 
-    async def test_longest_ttl_is_kept_and_a_longer_one_refused_before_io(self, storage):
+    async def test_longest_ttl_is_kept_and_a_longer_one_refused_before_io(
+        self, storage: Storage
+    ) -> None:
         limit = storage.max_ttl_seconds
         longest = limit if math.isfinite(limit) else sys.float_info.max
         await storage.write({"k/long": StoreItem({"v": 1})}, ttl=longest)
@@ -394,7 +409,7 @@ class StorageContract:
                     await storage.write({"k/long": StoreItem({"v": 2}, "*")}, ttl=ttl)
             assert (await storage.read(["k/long"]))["k/long"].value == {"v": 1}
 
-    async def test_closed_storage_refuses_io(self, harness: Harness):
+    async def test_closed_storage_refuses_io(self, harness: Harness) -> None:
         another = await harness.open_another()
         if another is harness.storage:
             another = type(harness.storage)()

@@ -30,7 +30,9 @@ _DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLA
 class _Slotted(ABCMeta):
     """Gives every bucket class `__slots__`, so `bucket.name = x` fails instead of being lost."""
 
-    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any):
+    def __new__(
+        mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kw: Any
+    ) -> _Slotted:
         namespace.setdefault("__slots__", ())
         return super().__new__(mcls, name, bases, namespace, **kw)
 
@@ -51,6 +53,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
 
     __slots__ = ("_key", "_etag", "_loaded", "_stored", "_value", "_base", "_pending")
+    _key: str | None
+    _etag: str | None
+    _loaded: dict[str, Any] | None
+    _stored: bytes | None
+    _value: Any
+    _base: bytes | None
+    _pending: bytes | None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -199,7 +208,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def document(self) -> dict[str, Any]:
         """A fresh copy of the document as it would be stored now."""
         self._root()
-        return self._copy(self._document())
+        copy: dict[str, Any] = self._copy(self._document())
+        return copy
 
     def load(self, item: StoreItem | None) -> None:
         """Start over from a stored version (None: not stored yet), dropping unsaved edits.

@@ -85,11 +85,11 @@ def drop(node: Any, step: str) -> bool:
     raise StatePathError(f"cannot delete {step!r} from {_kind(node)}")
 
 
-def members(node: Any) -> Iterable[str]:
+def members(node: Any) -> list[str]:
     """The member names of a bucket's root: a dict's keys or a model's fields and extras."""
     if isinstance(node, BaseModel):
         return [*type(node).model_fields, *(node.__pydantic_extra__ or ())]
-    return node
+    return list(node)
 
 
 def get_in(root: Any, parts: tuple[str, ...]) -> Any:

@@ -35,4 +35,7 @@ def open_storage(url: str, **options: Any) -> Storage:
         raise StorageConfigError(f"unknown storage scheme {scheme!r}; known: {known}")
     module_name, class_name = target.split(":")
     factory = getattr(importlib.import_module(module_name), class_name)
-    return factory.from_url(url, **options) if hasattr(factory, "from_url") else factory(**options)
+    storage: Storage = (
+        factory.from_url(url, **options) if hasattr(factory, "from_url") else factory(**options)
+    )
+    return storage

@@ -36,6 +36,16 @@ install_python() {
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 }
 
+check_lint_and_types() {  # ruff on the tree; mypy --strict on the library as it installs
+  .venv/bin/ruff check --quiet .
+  .venv/bin/ruff format --check --quiet .
+  # mypy reads the package under its import name, so check the tree pip would install
+  local typed="$RUN_DIR/typed"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    --target "$typed" . >/dev/null
+  (cd "$typed" && MYPYPATH="$typed" "$ROOT/.venv/bin/mypy" --strict --no-incremental -p agent_state)
+}
+
 install_redis() {
   if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
     log "installing redis-server (Debian package)"
@@ -82,6 +92,7 @@ install_python
 install_redis
 for service in "${SERVICES[@]}"; do "install_$service"; done
 rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
+check_lint_and_types
 start_redis 6390 "$RUN_DIR/redis"
 start_redis_cluster
 for service in "${SERVICES[@]}"; do "start_$service"; done
