@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from agent_state._app import AgentApplication
-from agent_state._keys import conversation_key, session_key, user_key
+from agent_state import AgentApplication, conversation_key, session_key, user_key
 from agent_state.backends import StoreItem
 from agent_state.backends._envelope import dump_data, wrap
 from agent_state.backends._redis import RedisStorage

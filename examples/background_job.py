@@ -15,9 +15,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from agent_state._background import edit_state, list_users, open_user, read_state
-from agent_state._ids import TurnIds
-from agent_state._scopes import UserState
+from agent_state import TurnIds, UserState, edit_state, list_users, open_user, read_state
 from agent_state.backends import FileStorage
 
 CHANNEL = "quickstart"

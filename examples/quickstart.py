@@ -17,11 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from agent_state._activity import Activity
-from agent_state._app import AgentApplication
-from agent_state._context import TurnContext
-from agent_state._keys import parse_key
-from agent_state._turn_state import TurnState
+from agent_state import Activity, AgentApplication, TurnContext, TurnState, parse_key
 from agent_state.backends import FileStorage
 
 DEFAULT_DIR = "./.quickstart-state"
