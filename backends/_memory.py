@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import orjson
 
 from ._base import (
-    ANY,
     CONFLICT,
     Outcomes,
     PreparedWrite,
@@ -104,8 +103,9 @@ class MemoryStorage(Storage):
             now = time.time()
             for key in keys:
                 current = self._live(key, now)
-                expected = if_match.get(key, ANY)
-                if expected != ANY and (current is None or current.etag != expected):
+                if key in if_match and not precondition_holds(
+                    if_match[key], current and current.etag
+                ):
                     outcomes[key] = CONFLICT
                 elif current is not None:
                     del self._entries[key]
