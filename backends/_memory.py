@@ -103,9 +103,8 @@ class MemoryStorage(Storage):
             now = time.time()
             for key in keys:
                 current = self._live(key, now)
-                if key in if_match and not precondition_holds(
-                    if_match[key], current and current.etag
-                ):
+                etag = current.etag if current is not None else None
+                if key in if_match and not precondition_holds(if_match[key], etag):
                     outcomes[key] = CONFLICT
                 elif current is not None:
                     del self._entries[key]

@@ -8,7 +8,6 @@ model a field name. Lookups return `MISSING` for an absent member; a step into a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel

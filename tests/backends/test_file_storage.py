@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state._keys import user_key
 from agent_state import open_storage
+from agent_state._keys import user_key
 from agent_state.backends import (
     ConflictError,
     FileStorage,

@@ -26,8 +26,8 @@ from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from agent_state._keys import conversation_key, session_key, user_key
 from agent_state import open_storage, write_group
+from agent_state._keys import conversation_key, session_key, user_key
 from agent_state.backends import (
     ConflictError,
     FormatError,

@@ -17,6 +17,8 @@ from agent_state._errors import (
 )
 from agent_state._ids import TurnIds
 from agent_state._keys import app_key, conversation_key, escape_segment, session_key, user_key
+from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
+from agent_state._plan import Scopes
 from agent_state._scopes import (
     BUILTIN_SCOPES,
     AppState,
@@ -25,8 +27,6 @@ from agent_state._scopes import (
     TempState,
     UserState,
 )
-from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import Scopes
 from agent_state._turn_state import TurnState
 from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage

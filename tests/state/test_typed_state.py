@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_state._errors import StatePathError, StateValidationError, StateValueError
 from agent_state._ids import TurnIds
-from agent_state._scopes import UserState
 from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
 from agent_state._plan import Scopes
+from agent_state._scopes import UserState
 from agent_state._turn_state import TurnState
 from agent_state._typed import SCHEMA_FIELD
 from agent_state.backends import StoreItem
