@@ -36,9 +36,10 @@ install_python() {
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 }
 
-check_lint_and_types() {  # ruff on the tree; mypy --strict on the library as it installs
-  .venv/bin/ruff check --quiet .
-  .venv/bin/ruff format --check --quiet .
+check_lint_and_types() {  # ruff on the Python tree; mypy --strict on the library as it installs
+  local code=(state backends tests examples benchmarks)
+  .venv/bin/ruff check --quiet "${code[@]}"
+  .venv/bin/ruff format --check --quiet "${code[@]}"
   # mypy reads the package under its import name, so check the tree pip would install
   local typed="$RUN_DIR/typed"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
