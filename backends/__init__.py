@@ -1,6 +1,6 @@
 """Storage backends: one contract (`Storage`), one error set, one stored envelope.
 
-Backends whose SDK is an optional extra (`RedisStorage`)
+Backends whose SDK is an optional extra (`RedisStorage`, `CosmosStorage`)
 are imported on first use, so `import agent_state.backends` needs none of the SDKs. The
 names for writing a backend of your own (`PreparedWrite`, `CONFLICT`, `Outcomes`, the
 helpers and the envelope) are here too; `agent_state.backends.testing` checks one.
@@ -39,14 +39,16 @@ from ._file import FileStorage
 from ._memory import MemoryStorage
 
 if TYPE_CHECKING:
+    from ._cosmos import CosmosStorage
     from ._redis import RedisStorage
 
-_OPTIONAL = {"RedisStorage": "._redis"}
+_OPTIONAL = {"RedisStorage": "._redis", "CosmosStorage": "._cosmos"}
 
 __all__ = [
     "ANY",
     "CONFLICT",
     "ConflictError",
+    "CosmosStorage",
     "Envelope",
     "FileStorage",
     "FormatError",

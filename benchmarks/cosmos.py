@@ -1,0 +1,338 @@
+"""Turns per second on Cosmos DB (the project's emulator, real azure-cosmos SDK over HTTP):
+agent-state's `AgentApplication` vs the M365 Agents SDK's own Cosmos storage vs a raw-SDK floor.
+
+- agent-state: `AgentApplication` on `open_storage("cosmos://...")`.
+- M365 Agents SDK: its `AgentApplication` on `CosmosDBStorage` (1.9), each turn a
+  `TurnContext` on a stub adapter (no HTTP to a channel, typing timer off).
+- Floor: the point reads and the conditional write of the same turn, by hand with the SDK:
+  the four buckets a turn loads (user, conversation, session, app) read concurrently, then
+  the conversation replaced with `If-Match` (the unchanged floor only reads). Its client
+  gets the transport agent-state uses (no proxy/netrc lookups from the environment).
+
+Every handler bumps (or, unchanged, only reads) a counter in conversation state and
+replies. Turns run one after another over a pool of conversations, rounds interleaved;
+medians are printed with the emulator's item requests per turn. Targets: agent-state at
+least 2x the M365 SDK and at least 80 % of the floor.
+
+Run from the repository root: `.venv/bin/python benchmarks/cosmos.py [--turns N] [--rounds R]`.
+It starts a private emulator (`python -m tests.cosmos_emulator`) on a free port and stops
+it by its PID at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from azure.core import MatchConditions
+from azure.core.pipeline.transport import AioHttpTransport
+from azure.cosmos import PartitionKey, documents
+from azure.cosmos.aio import ContainerProxy, CosmosClient
+from azure.cosmos.exceptions import CosmosResourceNotFoundError
+from microsoft_agents import activity as ms_activity
+from microsoft_agents.hosting import core as ms
+from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
+from microsoft_agents.storage.cosmos import CosmosDBStorage, CosmosDBStorageConfig
+
+from agent_state import AgentApplication, open_storage
+from agent_state.backends import Storage
+
+ROOT = Path(__file__).resolve().parent.parent
+POOL = 50
+CHANNEL = "bench"
+NOTES = "lorem ipsum " * 60  # about 0.7 KB of conversation state
+MS_SHARE, FLOOR_SHARE = 2.0, 0.8
+
+Turn = Callable[[int], Awaitable[None]]
+
+
+@dataclass
+class Row:
+    system: str
+    changed: bool
+    turn: Turn
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def turns_per_second(self) -> float:
+        return statistics.median(s[0] for s in self.samples)
+
+    @property
+    def requests(self) -> float:
+        return statistics.median(s[1] for s in self.samples)
+
+
+def ids(i: int) -> tuple[str, str]:
+    return f"user-{i % POOL}", f"conversation-{i % POOL}"
+
+
+# --- agent-state ----------------------------------------------------------------------------
+
+
+def ours(storage: Storage, changed: bool) -> Turn:
+    app = AgentApplication(storage, app_name="bench")
+
+    @app.message()
+    async def on_message(ctx: Any, state: Any) -> None:
+        count = state.get("conversation.count", 0)
+        if changed:
+            state["conversation:count"] = count + 1
+            state["conversation:notes"] = NOTES
+        await ctx.send(f"count {count}")
+
+    async def turn(i: int) -> None:
+        user, conversation = ids(i)
+        await app.process(
+            {
+                "type": "message",
+                "id": uuid.uuid4().hex,
+                "channelId": CHANNEL,
+                "text": "hi",
+                "from": {"id": user},
+                "recipient": {"id": "bot"},
+                "conversation": {"id": conversation},
+            }
+        )
+
+    return turn
+
+
+# --- Microsoft 365 Agents SDK ---------------------------------------------------------------
+
+
+class StubAdapter(ChannelAdapter):
+    """Keeps sent activities on the turn instead of posting them to a channel."""
+
+    async def send_activities(self, context: Any, activities: Any) -> Any:
+        context.turn_state.setdefault("replies", []).extend(activities)
+        return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
+
+    async def update_activity(self, context: Any, activity: Any) -> Any:
+        raise NotImplementedError
+
+    async def delete_activity(self, context: Any, reference: Any) -> Any:
+        raise NotImplementedError
+
+
+class NoConnections:
+    """A connection manager for an app without OAuth routes (never called)."""
+
+    def get_connection(self, connection_name: str) -> Any:
+        raise NotImplementedError
+
+    def get_default_connection(self) -> Any:
+        raise NotImplementedError
+
+    def get_token_provider(self, claims_identity: Any, service_url: str) -> Any:
+        raise NotImplementedError
+
+    def get_token_provider_from_activity(self, claims_identity: Any, activity: Any) -> Any:
+        raise NotImplementedError
+
+
+def microsoft(storage: CosmosDBStorage, changed: bool) -> Turn:
+    app = ms.AgentApplication[ms.TurnState](
+        storage=storage, connection_manager=NoConnections(), start_typing_timer=False
+    )
+    adapter = StubAdapter()
+
+    @app.activity("message")
+    async def on_message(ctx: ms.TurnContext, state: ms.TurnState) -> None:
+        count = state.conversation.get_value("count", lambda: 0)
+        if changed:
+            state.conversation.set_value("count", count + 1)
+            state.conversation.set_value("notes", NOTES)
+        await ctx.send_activity(f"count {count}")
+
+    async def turn(i: int) -> None:
+        user, conversation = ids(i)
+        activity = ms_activity.Activity(
+            type="message",
+            id=uuid.uuid4().hex,
+            channel_id=CHANNEL,
+            service_url="http://localhost",
+            from_property=ms_activity.ChannelAccount(id=user),
+            recipient=ms_activity.ChannelAccount(id="bot"),
+            conversation=ms_activity.ConversationAccount(id=conversation),
+            text="hi",
+        )
+        await app.on_turn(ms.TurnContext(adapter, activity))
+
+    return turn
+
+
+# --- the floor ------------------------------------------------------------------------------
+
+
+def floor(container: ContainerProxy, changed: bool) -> Turn:
+    """Four concurrent point reads, then (changed) one conditional replace."""
+
+    async def read(item: str, pk: str) -> dict[str, Any] | None:
+        try:
+            return await container.read_item(item, pk)
+        except CosmosResourceNotFoundError:
+            return None
+
+    async def turn(i: int) -> None:
+        user, conversation = ids(i)
+        pk = f"c-{conversation}"
+        _, current, _, _ = await asyncio.gather(
+            read(f"u-{user}", f"u-{user}"),
+            read(pk, pk),
+            read(f"{pk}-{user}", pk),
+            read("app-bench", "app-bench"),
+        )
+        if not changed:
+            return
+        data = {"count": (current or {"data": {"count": 0}})["data"]["count"] + 1, "notes": NOTES}
+        body = {"id": pk, "pk": pk, "v": 1, "key": pk, "meta": {}, "data": data}
+        if current is None:
+            await container.create_item(body)
+        else:
+            await container.replace_item(
+                pk, body, etag=current["_etag"], match_condition=MatchConditions.IfNotModified
+            )
+
+    return turn
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+async def item_requests(http: aiohttp.ClientSession, endpoint: str) -> int:
+    async with http.get(f"{endpoint}/_emulator/stats") as response:
+        return int((await response.json())["item_requests"])
+
+
+async def measure(row: Row, turns: int, http: aiohttp.ClientSession, endpoint: str) -> None:
+    before = await item_requests(http, endpoint)
+    start = time.perf_counter()
+    for i in range(turns):
+        await row.turn(i)
+    elapsed = time.perf_counter() - start
+    row.samples.append((turns / elapsed, (await item_requests(http, endpoint) - before) / turns))
+
+
+async def run(endpoint: str, key: str, turns: int, rounds: int) -> bool:
+    ours_storage = open_storage("cosmos://bench/agent-state", endpoint=endpoint, credential=key)
+    policy = documents.ConnectionPolicy()
+    policy.EnableEndpointDiscovery = False
+    ms_storage = CosmosDBStorage(
+        CosmosDBStorageConfig(
+            cosmos_db_endpoint=endpoint,
+            auth_key=key,
+            database_id="bench",
+            container_id="m365",
+            cosmos_client_options={"connection_policy": policy},
+        )
+    )
+    raw = CosmosClient(endpoint, key, transport=AioHttpTransport(use_env_settings=False))
+    database = await raw.create_database_if_not_exists("bench")
+    container = await database.create_container_if_not_exists(
+        "floor", partition_key=PartitionKey("/pk"), default_ttl=-1
+    )
+    rows = [
+        Row(system, changed, make(store, changed))
+        for changed in (True, False)
+        for system, make, store in (
+            ("raw SDK floor", floor, container),
+            ("agent-state", ours, ours_storage),
+            ("M365 Agents SDK", microsoft, ms_storage),
+        )
+    ]
+    try:
+        async with aiohttp.ClientSession() as http:
+            for row in rows:  # warm up: clients, containers, every document exists
+                for i in range(2 * POOL):
+                    await row.turn(i)
+            for _ in range(rounds):  # interleaved, so drift hits every row alike
+                for row in rows:
+                    await measure(row, turns, http, endpoint)
+    finally:
+        await ours_storage.close()
+        await ms_storage._close()  # the SDK storage has no public close
+        await raw.close()
+    return report(rows, turns, rounds)
+
+
+def report(rows: list[Row], turns: int, rounds: int) -> bool:
+    print(
+        f"Cosmos DB emulator over HTTP, azure-cosmos SDK: {turns} sequential turns per round,"
+        f" median of {rounds} rounds\n"
+    )
+    print(f"{'turn':<34}{'turns/s':>9}{'requests/turn':>15}{'vs floor':>10}{'vs M365':>9}  target")
+    met = True
+    for changed in (True, False):
+        by_system = {row.system: row for row in rows if row.changed == changed}
+        floor_tps = by_system["raw SDK floor"].turns_per_second
+        ms_tps = by_system["M365 Agents SDK"].turns_per_second
+        for system, row in by_system.items():
+            kind = "changed" if changed else "unchanged"
+            line = (
+                f"{system + ', ' + kind:<34}{row.turns_per_second:>9,.0f}{row.requests:>15.2f}"
+                f"{row.turns_per_second / floor_tps:>10.0%}{row.turns_per_second / ms_tps:>8.1f}x"
+            )
+            if system == "agent-state":
+                ok = (
+                    row.turns_per_second >= MS_SHARE * ms_tps
+                    and row.turns_per_second >= FLOOR_SHARE * floor_tps
+                )
+                met &= ok
+                line += f"  >= {MS_SHARE:g}x M365, >= {FLOOR_SHARE:.0%} floor: "
+                line += "ok" if ok else "MISSED"
+            print(line)
+    return met
+
+
+@contextmanager
+def private_emulator() -> Iterator[tuple[str, str]]:
+    """The test emulator on a free loopback port in its own process, stopped by its PID."""
+    sys.path.insert(0, str(ROOT))
+    from tests.cosmos_emulator import MASTER_KEY
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.cosmos_emulator", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the Cosmos DB emulator did not start") from None
+                time.sleep(0.02)  # polling a server that is starting
+        yield f"http://127.0.0.1:{port}", MASTER_KEY
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=300, help="turns per round and row")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with private_emulator() as (endpoint, key):
+        return 0 if asyncio.run(run(endpoint, key, args.turns, args.rounds)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
