@@ -1,6 +1,6 @@
 """Storage backends: one contract (`Storage`), one error set, one stored envelope.
 
-Backends whose SDK is an optional extra (`RedisStorage`, `CosmosStorage`)
+Backends whose SDK is an optional extra (`RedisStorage`, `BlobStorage`, `CosmosStorage`)
 are imported on first use, so `import agent_state.backends` needs none of the SDKs. The
 names for writing a backend of your own (`PreparedWrite`, `CONFLICT`, `Outcomes`, the
 helpers and the envelope) are here too; `agent_state.backends.testing` checks one.
@@ -39,13 +39,15 @@ from ._file import FileStorage
 from ._memory import MemoryStorage
 
 if TYPE_CHECKING:
+    from ._blob import BlobStorage
     from ._cosmos import CosmosStorage
     from ._redis import RedisStorage
 
-_OPTIONAL = {"RedisStorage": "._redis", "CosmosStorage": "._cosmos"}
+_OPTIONAL = {"RedisStorage": "._redis", "BlobStorage": "._blob", "CosmosStorage": "._cosmos"}
 
 __all__ = [
     "ANY",
+    "BlobStorage",
     "CONFLICT",
     "ConflictError",
     "CosmosStorage",

@@ -14,6 +14,7 @@ _SCHEMES: dict[str, str] = {
     "redis": "agent_state.backends._redis:RedisStorage",
     "rediss": "agent_state.backends._redis:RedisStorage",
     "file": "agent_state.backends._file:FileStorage",
+    "azure-blob": "agent_state.backends._blob:BlobStorage",
     "cosmos": "agent_state.backends._cosmos:CosmosStorage",
 }
 

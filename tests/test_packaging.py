@@ -26,7 +26,7 @@ PUBLIC_MODULES = {
         "parse_key", "read_state", "session_key", "unescape_segment", "user_key", "write_group",
     ],
     "agent_state.backends": [
-        "ANY", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",
+        "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",
         "FileStorage", "FormatError", "InvalidKeyError", "InvalidValueError", "MemoryStorage",
         "Outcomes", "PreparedWrite", "RedisStorage", "StateTooLargeError", "Storage",
         "StorageConfigError", "StorageError", "StorageUnavailableError", "StoreItem",
