@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from ._errors import FormatError, InvalidValueError
+from ._json import JsonRuleError, encode_json
 
 FORMAT_VERSION = 1
 _HEAD = b'{"v":%d,"key":' % FORMAT_VERSION
@@ -54,13 +55,14 @@ UNKNOWN = Head(None, None, None)
 
 
 def dump_data(key: str, value: object) -> bytes:
-    """Serialize a document; raises `InvalidValueError` unless it is a JSON object."""
+    """Serialize a document; raises `InvalidValueError` unless it is a JSON object (by the
+    one JSON rule of `_json`)."""
     if not isinstance(value, dict):
         raise InvalidValueError(f"value for key {key!r} must be a dict, not {type(value).__name__}")
     try:
-        return orjson.dumps(value)
-    except TypeError as exc:
-        raise InvalidValueError(f"value for key {key!r} is not JSON-serializable: {exc}") from exc
+        return encode_json(value)
+    except JsonRuleError as exc:
+        raise InvalidValueError(f"value for key {key!r} is not JSON: {exc}") from None
 
 
 def wrap(

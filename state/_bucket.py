@@ -22,9 +22,8 @@ from ._errors import ScopeError, StateConflictError, StateError, StateValueError
 from ._ids import TurnIds
 from ._paths import MISSING, check_json, child, delete_in, drop, get_in, members, put, set_in
 from .backends import StoreItem
+from .backends._json import DUMP_OPTIONS, JsonRuleError, check_encoded, encode_json
 from .jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
-
-_DUMP_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 class _Slotted(ABCMeta):
@@ -236,6 +235,11 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return None
         if self.model is not None:
             typed.check(type(self), self._key, document)
+        else:  # in-place edits were never checked: a NaN or tuple must not go out as null or list
+            try:
+                check_encoded(document, dumped)
+            except JsonRuleError as exc:
+                raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
         self._pending = dumped
         return StoreItem(document, self._etag, dumped)
 
@@ -317,9 +321,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def _dump(self, document: dict[str, Any]) -> bytes:
         try:
-            return orjson.dumps(document, option=_DUMP_OPTIONS)
-        except TypeError as exc:
-            raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from exc
+            return orjson.dumps(document, option=DUMP_OPTIONS)
+        except TypeError:
+            try:
+                encode_json(document)  # names the place and the reason
+            except JsonRuleError as exc:
+                raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
+            raise
 
 
 def _is_scope_name(name: object) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .backends._errors import ConflictError
+from .backends._errors import ConflictError, InvalidValueError
 
 
 class StateError(Exception):
@@ -26,8 +26,10 @@ class ScopeError(StateError, ValueError):
     """A scope name is unknown, malformed, or clashes with another scope or a TurnState name."""
 
 
-class StateValueError(StateError, TypeError):
-    """A value put into state is not JSON (dicts with str keys, lists, str, numbers, bool, None)."""
+class StateValueError(StateError, InvalidValueError):
+    """A value put into state is not JSON (dicts with str keys, lists, str, finite numbers,
+    bool, None; see `agent_state.backends` `MAX_DEPTH`): the storage's one JSON rule, so
+    `InvalidValueError` catches it wherever the value was refused."""
 
 
 class StatePathError(StateError, TypeError):

@@ -7,17 +7,19 @@ model a field name. Lookups return `MISSING` for an absent member; a step into a
 
 from __future__ import annotations
 
-import math
+import sys
 from typing import Any
 
 from pydantic import BaseModel
 
 from ._errors import StatePathError, StateValueError
+from .backends._json import JsonRuleError
+from .backends._json import check_json as json_rule
+
+_MAX_INDEX_DIGITS = 18
 
 MISSING: Any = object()
 """Returned by lookups for a member that does not exist (None is a value, not a miss)."""
-
-_INT_RANGE = range(-(2**63), 2**64)  # what orjson, and so every backend, can store
 
 
 def split_path(path: str) -> tuple[str, ...]:
@@ -55,7 +57,7 @@ def put(node: Any, step: str, value: Any) -> None:
     elif isinstance(node, list):
         index = _index(step)
         if index >= len(node):
-            raise StatePathError(f"index {index} is out of range for a list of {len(node)}")
+            raise StatePathError(f"index {step:.20} is out of range for a list of {len(node)}")
         check_json(value)
         node[index] = value
     elif isinstance(node, BaseModel):
@@ -121,28 +123,11 @@ def delete_in(root: Any, parts: tuple[str, ...]) -> bool:
 
 
 def check_json(value: Any) -> None:
-    """Raise `StateValueError` unless `value` is JSON: dicts with str keys, lists, scalars."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return
-    if isinstance(value, int):
-        if value not in _INT_RANGE:
-            raise StateValueError(f"integer {value} is too large to store as JSON")
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise StateValueError(f"{value} is not a JSON number")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StateValueError(f"JSON object keys must be str, got {key!r:.80}")
-            check_json(item)
-    elif isinstance(value, list):
-        for item in value:
-            check_json(item)
-    elif not isinstance(value, str):
-        raise StateValueError(
-            f"a {kind.__name__} is not a JSON value (use dicts, lists, str, numbers, bool, None)"
-        )
+    """Raise `StateValueError` unless `value` is JSON by the storage's one rule."""
+    try:
+        json_rule(value)
+    except JsonRuleError as exc:
+        raise StateValueError(f"not a JSON value: {exc}") from None
 
 
 def _step(node: Any, step: str, parts: tuple[str, ...], depth: int) -> Any:
@@ -162,14 +147,16 @@ def _at(action: Any, node: Any, parts: tuple[str, ...], *value: Any) -> Any:
 
 
 def _path_error(parts: tuple[str, ...], depth: int, exc: StatePathError) -> StatePathError:
-    where = ".".join(parts[:depth]) or "the bucket root"
-    return StatePathError(f"path {'.'.join(parts)!r} fails at {where!r}: {exc}")
+    where = ".".join(parts[:depth])[:80] or "the bucket root"
+    return StatePathError(f"path {'.'.join(parts)[:80]!r} fails at {where!r}: {exc}")
 
 
 def _index(step: str) -> int:
     if isinstance(step, str) and step.isdigit() and step.isascii():
-        return int(step)
-    raise StatePathError(f"{step!r} is not a list index")
+        # past any list's length (and int() refuses 5,000 digits): out of range like any other
+        return int(step) if len(step) <= _MAX_INDEX_DIGITS else sys.maxsize
+
+    raise StatePathError(f"{step!r:.80} is not a list index")
 
 
 def _kind(node: Any) -> str:

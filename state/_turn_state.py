@@ -146,7 +146,15 @@ class TurnState:
         if not isinstance(key, str):
             raise TypeError(f"state keys are str, got {type(key).__name__}")
         scope, colon, name = key.partition(":")
-        return (self.scope(scope), name) if colon else (self.scope("session"), key)
+        if colon:
+            return self.scope(scope), name
+        head, dot, rest = key.partition(".")
+        if dot and self._plan.has(head):
+            raise StatePathError(
+                f"state[{key!r}] would name a session member called {key!r}; for the {head} "
+                f"scope write state[{f'{head}:{rest}'!r}], or state.get/set({key!r}) for a path"
+            )
+        return self.scope("session"), key
 
     def _locate(self, path: str) -> tuple[AgentState, tuple[str, ...]]:
         """Resolve a path's scope (`"user.a"`, `"user:a"`, else session) and its steps."""

@@ -73,7 +73,14 @@ def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict
             raise StateValidationError(
                 key, SCHEMA_FIELD, f"{cls.__name__} has no migration from version {step}"
             )
-        document = migrate(document)
+        try:
+            document = migrate(document)
+        except Exception as exc:  # the user's function: name the key and versions, chain it
+            raise StateValidationError(
+                key,
+                SCHEMA_FIELD,
+                f"{cls.__name__}'s migration from version {step} to {step + 1} raised {exc!r}",
+            ) from exc
         if not isinstance(document, dict):
             raise StateValidationError(
                 key, SCHEMA_FIELD, f"the migration from version {step} did not return a dict"

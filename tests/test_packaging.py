@@ -34,8 +34,9 @@ PUBLIC_MODULES = {
         "wrap",
     ],
     "agent_state.jsonpatch": [
-        "PatchConflictError", "PatchFormatError", "ProtocolError", "apply_patch", "escape",
-        "make_patch", "rebase_patch", "unescape", "validate_patch",
+        "DepthLimitError", "MAX_DEPTH", "PatchConflictError", "PatchFormatError",
+        "ProtocolError", "apply_patch", "escape", "make_patch", "rebase_patch", "unescape",
+        "validate_patch",
     ],
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
     "agent_state.agui": [

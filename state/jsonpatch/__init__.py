@@ -2,11 +2,14 @@
 
 from ._apply import apply_patch, validate_patch
 from ._diff import make_patch
-from ._errors import PatchConflictError, PatchFormatError, ProtocolError
+from ._errors import DepthLimitError, PatchConflictError, PatchFormatError, ProtocolError
 from ._pointer import escape, unescape
 from ._rebase import rebase_patch
+from ._values import MAX_DEPTH
 
 __all__ = [
+    "MAX_DEPTH",
+    "DepthLimitError",
     "PatchConflictError",
     "PatchFormatError",
     "ProtocolError",

@@ -259,6 +259,8 @@ def _child(node: Any, token: str) -> Any:
 def _index(token: str, limit: int) -> int:
     """Parse an RFC 6901 array index (no sign, no leading zero) that must be below limit."""
     if token.isdigit() and token.isascii() and (token[0] != "0" or len(token) == 1):
+        if len(token) > 18:  # past any list's length, and int() refuses 5,000 digits
+            raise _Conflict(f"index {token[:20]}... is out of range")
         index = int(token)
         if index < limit:
             return index

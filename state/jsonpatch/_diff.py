@@ -8,8 +8,10 @@ from itertools import compress
 from typing import Any
 
 from ._align import Run, differing_runs
+from ._errors import DepthLimitError
 from ._pointer import escape
 from ._values import (
+    MAX_DEPTH,
     clone,
     equal_flags,
     equal_prefix,
@@ -28,28 +30,32 @@ _MAX_RENAME_CHECKS = 64  # removed x added members compared to find renamed ones
 def make_patch(a: Any, b: Any) -> list[dict[str, Any]]:
     """Return a short patch that turns a into b; its values are copies, so it never aliases b."""
     ops: list[dict[str, Any]] = []
-    _diff(a, b, "", ops)
+    _diff(a, b, "", ops, 0)
     return ops
 
 
-def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]]) -> None:
-    """Append the operations that turn a into b at path."""
+def _diff(a: Any, b: Any, path: str, ops: list[dict[str, Any]], depth: int) -> None:
+    """Append the operations that turn a into b at path (`depth` containers down)."""
     if a is b:
         return
+    if depth > MAX_DEPTH:
+        raise DepthLimitError(MAX_DEPTH)
     if isinstance(a, dict):
         if isinstance(b, dict):
-            _diff_dicts(a, b, path, ops)
+            _diff_dicts(a, b, path, ops, depth)
             return
     elif isinstance(a, list):
         if isinstance(b, list):
-            _diff_lists(a, b, path, ops)
+            _diff_lists(a, b, path, ops, depth)
             return
     elif not isinstance(b, _CONTAINERS) and scalars_equal(a, b):
         return
-    ops.append({"op": "replace", "path": path, "value": clone(b)})
+    ops.append({"op": "replace", "path": path, "value": clone(b, depth)})
 
 
-def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[str, Any]]) -> None:
+def _diff_dicts(
+    a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[str, Any]], depth: int
+) -> None:
     """Recurse into or replace the common members, move renamed ones, remove and add the rest."""
     removed = []
     get = b.get
@@ -60,7 +66,7 @@ def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[
         if new is _MISSING:
             removed.append(key)
         elif isinstance(old, _CONTAINERS) or isinstance(new, _CONTAINERS):
-            _diff(old, new, f"{path}/{escape(key)}", ops)
+            _diff(old, new, f"{path}/{escape(key)}", ops, depth + 1)
         elif not scalars_equal(old, new):
             ops.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})
     added = [key for key in b if key not in a] if len(b) > len(a) - len(removed) else []
@@ -81,10 +87,14 @@ def _diff_dicts(a: dict[str, Any], b: dict[str, Any], path: str, ops: list[dict[
     for key in removed:
         ops.append({"op": "remove", "path": f"{path}/{escape(key)}"})
     for key in added:
-        ops.append({"op": "add", "path": f"{path}/{escape(key)}", "value": clone(b[key])})
+        ops.append(
+            {"op": "add", "path": f"{path}/{escape(key)}", "value": clone(b[key], depth + 1)}
+        )
 
 
-def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]) -> None:
+def _diff_lists(
+    a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]], depth: int
+) -> None:
     """Find the differing middle, split it into runs, then edit each run."""
     if len(a) == len(b):  # one positional pass finds every difference
         mismatched = _mismatches(a, b, 0, len(a))
@@ -101,12 +111,12 @@ def _diff_lists(a: list[Any], b: list[Any], path: str, ops: list[dict[str, Any]]
     for i1, i2, j1, j2 in _runs(a, b, start, end_a, end_b, mismatched):
         paired = min(i2 - i1, j2 - j1)
         for t in range(paired):
-            _diff(a[i1 + t], b[j1 + t], f"{path}/{j1 + t}", ops)
+            _diff(a[i1 + t], b[j1 + t], f"{path}/{j1 + t}", ops, depth + 1)
         at = f"{path}/{j1 + paired}"
         for _ in range(i2 - i1 - paired):
             ops.append({"op": "remove", "path": at})
         for j in range(j1 + paired, j2):
-            ops.append({"op": "add", "path": f"{path}/{j}", "value": clone(b[j])})
+            ops.append({"op": "add", "path": f"{path}/{j}", "value": clone(b[j], depth + 1)})
 
 
 def _mismatches(a: list[Any], b: list[Any], start: int, stop: int) -> list[int]:

@@ -21,3 +21,14 @@ class PatchConflictError(ProtocolError):
 
     def __str__(self) -> str:
         return f"operation {self.index}: {self.reason}"
+
+
+class DepthLimitError(ProtocolError, ValueError):
+    """A document or value nests deeper than the engine walks (`limit` containers)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+    def __str__(self) -> str:
+        return f"value nests deeper than {self.limit} containers, the engine's limit"

@@ -8,6 +8,11 @@ from itertools import compress, repeat
 from marshal import dumps as _dumps
 from typing import Any
 
+from ._errors import DepthLimitError
+
+MAX_DEPTH = 254
+"""Containers deep the engine walks (as deep as a stored document may nest); deeper raises."""
+
 _MISSING = object()
 _CONTAINERS = (dict, list)
 _SCALARS = frozenset({str, int, float, bool})
@@ -27,8 +32,11 @@ def json_equal(a: Any, b: Any) -> bool:
             printed = fingerprint(a)
             if printed is not None and printed == fingerprint(b):
                 return True
-        if a != b:
-            return False
+        try:
+            if a != b:
+                return False
+        except RecursionError:  # deeper than C's comparison goes: the walk below names it
+            pass
     return _strict_equal(a, b)
 
 
@@ -36,7 +44,7 @@ def fingerprint(value: Any) -> bytes | None:
     """Bytes that only equal values share (see _FORMAT), or None for what marshal refuses."""
     try:
         return _dumps(value, _FORMAT)
-    except ValueError:  # e.g. dict subclasses
+    except ValueError:  # e.g. dict subclasses, or nested deeper than marshal goes
         return None
 
 
@@ -96,8 +104,10 @@ def _equal_run(xs: Sequence[Any], ys: Sequence[Any], *, from_end: bool) -> int:
     return limit
 
 
-def _strict_equal(a: Any, b: Any) -> bool:
+def _strict_equal(a: Any, b: Any, depth: int = 0) -> bool:
     """The walk behind json_equal, comparing same-typed scalar members without recursing."""
+    if depth > MAX_DEPTH:
+        raise DepthLimitError(MAX_DEPTH)
     if isinstance(a, dict):
         if not isinstance(b, dict) or len(a) != len(b):
             return False
@@ -108,7 +118,7 @@ def _strict_equal(a: Any, b: Any) -> bool:
             if kind is other.__class__ and kind in _SCALARS:
                 if value != other:
                     return False
-            elif value is not other and not _strict_equal(value, other):
+            elif value is not other and not _strict_equal(value, other, depth + 1):
                 return False
         return True
     if isinstance(a, list):
@@ -119,7 +129,7 @@ def _strict_equal(a: Any, b: Any) -> bool:
             if kind is other.__class__ and kind in _SCALARS:
                 if value != other:
                     return False
-            elif value is not other and not _strict_equal(value, other):
+            elif value is not other and not _strict_equal(value, other, depth + 1):
                 return False
         return True
     return not isinstance(b, _CONTAINERS) and scalars_equal(a, b)
@@ -130,10 +140,12 @@ def scalars_equal(a: Any, b: Any) -> bool:
     return (a.__class__ is bool) is (b.__class__ is bool) and a == b
 
 
-def clone(value: Any) -> Any:
+def clone(value: Any, depth: int = 0) -> Any:
     """Deep-copy the dicts and lists of a JSON value, sharing its immutable scalars."""
+    if depth > MAX_DEPTH:
+        raise DepthLimitError(MAX_DEPTH)
     if isinstance(value, dict):
-        return {key: clone(item) for key, item in value.items()}
+        return {key: clone(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [clone(item) for item in value]
+        return [clone(item, depth + 1) for item in value]
     return value
