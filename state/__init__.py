@@ -20,6 +20,7 @@ from ._context import TurnContext
 from ._errors import (
     MissingIdError,
     ScopeError,
+    StateClosedError,
     StateConflictError,
     StateError,
     StatePathError,
@@ -57,6 +58,7 @@ __all__ = [
     "ScopeError",
     "Scopes",
     "SessionState",
+    "StateClosedError",
     "StateConflictError",
     "StateError",
     "StatePathError",

@@ -18,7 +18,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from . import _typed as typed
-from ._errors import ScopeError, StateConflictError, StateError, StateValueError
+from ._errors import ScopeError, StateClosedError, StateConflictError, StateError, StateValueError
 from ._ids import TurnIds
 from ._paths import MISSING, check_json, child, delete_in, drop, get_in, members, put, set_in
 from .backends import StoreItem
@@ -51,14 +51,26 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
 
-    __slots__ = ("_key", "_etag", "_loaded", "_stored", "_value", "_base", "_pending")
+    __slots__ = (
+        "_key",
+        "_etag",
+        "_loaded",
+        "_stored",
+        "_value",
+        "_kept",
+        "_base",
+        "_pending",
+        "_closed",
+    )
     _key: str | None
     _etag: str | None
     _loaded: dict[str, Any] | None
     _stored: bytes | None
     _value: Any
+    _kept: dict[str, Any]
     _base: bytes | None
     _pending: bytes | None
+    _closed: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,6 +87,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def __init__(self, key: str | None = None, item: StoreItem | None = None) -> None:
         self._key = key
+        self._closed = False
         self.load(item)
 
     @classmethod
@@ -171,12 +184,16 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
         root = self._root()
         if isinstance(root, BaseModel):
-            self._value = typed.decode(type(self), self._key, None)
+            self._value, self._kept = typed.decode(type(self), self._key, None)
         else:
             root.clear()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key={self._key!r}, etag={self._etag!r})"
+
+    def close(self) -> None:
+        """End the bucket's turn: every later use raises `StateClosedError`."""
+        self._closed = True
 
     def get_path(self, parts: tuple[str, ...]) -> Any:
         """The value at a path of member names / list indices, or `MISSING` when absent."""
@@ -219,6 +236,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._stored = item.data if item is not None else None
         self._etag = item.etag if item is not None else None
         self._value = self._base = self._pending = None
+        self._kept = {}
 
     def pending_write(self) -> StoreItem | None:
         """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
@@ -290,7 +308,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         if self.model is None:
             self._value = merged
         else:
-            self._value = typed.decode(type(self), self._key, merged)
+            self._value, self._kept = typed.decode(type(self), self._key, merged)
         self._loaded = self._stored = self._pending = None
         self._etag, self._base = fresh._etag, fresh._base
 
@@ -298,8 +316,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """The live document (a dict, or a typed bucket's model), its baseline recorded first.
 
         Everything the bucket hands out comes from here, so no edit can happen before the
-        baseline exists.
+        baseline exists, and none after the bucket's turn ended.
         """
+        if self._closed:
+            raise StateClosedError(self.scope)
         if self._value is None:
             loaded = self._loaded
             if self.model is None:
@@ -307,13 +327,15 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
                 stored = self._stored
                 self._base = stored if stored is not None else self._dump(self._value)
             else:
-                self._value = typed.decode(type(self), self._key, loaded)
+                self._value, self._kept = typed.decode(type(self), self._key, loaded)
                 self._base = self._dump(self._document())
             self._loaded = self._stored = None
         return self._value
 
     def _document(self) -> dict[str, Any]:
-        return self._value if self.model is None else typed.encode(type(self), self._value)
+        if self.model is None:
+            return self._value  # type: ignore[no-any-return]
+        return typed.encode(type(self), self._value, self._kept)
 
     def _copy(self, value: Any) -> Any:
         """A deep copy of JSON `value` that shares nothing with it."""

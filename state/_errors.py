@@ -26,6 +26,17 @@ class ScopeError(StateError, ValueError):
     """A scope name is unknown, malformed, or clashes with another scope or a TurnState name."""
 
 
+class StateClosedError(StateError, RuntimeError):
+    """State was used after its turn ended (saved or discarded): the change would be lost."""
+
+    def __init__(self, scope: str) -> None:
+        self.scope = scope
+        super().__init__(
+            f"{scope} state belongs to a turn that has ended (saved or discarded); "
+            "a change now would never be saved: make it inside the turn"
+        )
+
+
 class StateValueError(StateError, InvalidValueError):
     """A value put into state is not JSON (dicts with str keys, lists, str, finite numbers,
     bool, None; see `agent_state.backends` `MAX_DEPTH`): the storage's one JSON rule, so

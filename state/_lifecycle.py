@@ -119,13 +119,17 @@ async def open_turn(
     `scopes`: a `Scopes` plan, or custom scope classes added to the built-in ones. On a
     conflict the turn's changes are replayed onto the newer versions (`retries` times);
     `StateConflictError` names the scopes and paths when both changed the same path (with
-    `strict`, even to the same value). An exception in the block saves nothing.
+    `strict`, even to the same value). An exception in the block saves nothing. Once the
+    block is over the state is closed: using it raises `StateClosedError`.
     """
     check_retries(retries)
     state = await read_turn(storage, ids, scopes if isinstance(scopes, Scopes) else Scopes(scopes))
-    yield state
-    if not state.discarded:
-        await save_merging(storage, state.stored_buckets(), retries=retries, strict=strict)
+    try:
+        yield state
+        if not state.discarded:
+            await save_merging(storage, state.stored_buckets(), retries=retries, strict=strict)
+    finally:
+        state.close()
 
 
 def check_retries(retries: object) -> None:

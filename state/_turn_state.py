@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._bucket import AgentState
-from ._errors import MissingIdError, ScopeError, StatePathError
+from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
 from ._ids import TurnIds
 from ._paths import MISSING, split_path
 from ._plan import Scopes
@@ -28,7 +28,7 @@ class TurnState:
     first used: a scope the turn never touches costs nothing beyond its share of the read.
     """
 
-    __slots__ = ("ids", "discarded", "_plan", "_buckets", "_found")
+    __slots__ = ("ids", "discarded", "closed", "_plan", "_buckets", "_found")
 
     def __init__(
         self,
@@ -41,6 +41,7 @@ class TurnState:
         in one batch; keys not found start empty)."""
         self.ids = ids
         self.discarded = False
+        self.closed = False
         self._plan = (scopes if isinstance(scopes, Scopes) else Scopes(scopes)).plan(ids)
         self._buckets: dict[str, AgentState] = {}
         self._found = dict(found or {})
@@ -53,8 +54,17 @@ class TurnState:
         """Drop this turn's changes: `open_turn` saves nothing for it."""
         self.discarded = True
 
+    def close(self) -> None:
+        """End the turn (`open_turn` does, once saved or discarded): any later use of its
+        state raises `StateClosedError`, so a late edit can never be silently lost."""
+        self.closed = True
+        for bucket in self._buckets.values():
+            bucket.close()
+
     def scope(self, name: str) -> AgentState:
         """The bucket of a scope; `MissingIdError` if the turn lacks an id its key needs."""
+        if self.closed:
+            raise StateClosedError(name)
         bucket = self._buckets.get(name)
         if bucket is not None:
             return bucket

@@ -9,9 +9,10 @@ bucket's `schema_version` run in order, each on the document without `"_schema"`
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AliasChoices, BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ._errors import StateValidationError, StateValueError
@@ -23,25 +24,54 @@ SCHEMA_FIELD = "_schema"
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def decode(cls: type[AgentState], key: str | None, raw: dict[str, Any] | None) -> BaseModel:
-    """Build the bucket's model from a stored document (None: a new one), migrating it first."""
+def decode(
+    cls: type[AgentState], key: str | None, raw: dict[str, Any] | None
+) -> tuple[BaseModel, dict[str, Any]]:
+    """Build the bucket's model from a stored document (None: a new one), migrating it first;
+    also give the stored members the model does not declare, which are kept as they are."""
     assert cls.model is not None
     document = {} if raw is None else upgrade(cls, key, raw)
     try:
-        return cls.model.model_validate(document)
+        model = cls.model.model_validate(document)
     except ValidationError as exc:
         raise validation_error(key, exc) from exc
+    return model, undeclared(cls.model, document)
 
 
-def encode(cls: type[AgentState], value: BaseModel) -> dict[str, Any]:
-    """The JSON document to store for a model, with `"_schema"` first when versioned."""
+def undeclared(model: type[BaseModel], document: dict[str, Any]) -> dict[str, Any]:
+    """The members of `document` that `model` would drop: it neither declares them nor keeps
+    them itself (`extra="allow"` keeps them in the model, `extra="forbid"` refuses them)."""
+    if model.model_config.get("extra") in ("allow", "forbid"):
+        return {}
+    known = _declared_names(model)
+    return {name: value for name, value in document.items() if name not in known}
+
+
+def encode(cls: type[AgentState], value: BaseModel, kept: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document to store for a model: `"_schema"` first when versioned, then the
+    undeclared members `kept` from the stored document, then the model's fields."""
     try:
         document = value.model_dump(mode="json", by_alias=True, warnings=False)
     except PydanticSerializationError as exc:
         raise StateValueError(f"{cls.__name__} holds a value that is not JSON: {exc}") from exc
+    if kept:
+        document = {**kept, **document}
     if cls.schema_version is None:
         return document
     return {SCHEMA_FIELD: cls.schema_version, **document}
+
+
+@lru_cache(maxsize=256)
+def _declared_names(model: type[BaseModel]) -> frozenset[str]:
+    names = set()
+    for name, field in model.model_fields.items():
+        names.add(name)
+        for alias in (field.alias, field.validation_alias, field.serialization_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+            elif isinstance(alias, AliasChoices):
+                names.update(choice for choice in alias.choices if isinstance(choice, str))
+    return frozenset(names)
 
 
 def check(cls: type[AgentState], key: str | None, document: dict[str, Any]) -> None:

@@ -288,3 +288,39 @@ async def test_typed_turns_merge_changes_to_different_fields(storage):
     assert merged is not None and merged["tags"] == ["vip"]
     assert merged["address"]["city"] == "Paris" and merged["visits"] == 1
     assert b.user.data.tags == ["vip"] and b.user.data.address.city == "Paris"
+
+
+class Plain(BaseModel):
+    name: str = ""
+    visits: int = 0
+
+
+class PlainState(UserState):
+    model = Plain
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = ""
+
+
+class ClosedState(UserState):
+    model = Closed
+
+
+async def test_members_the_model_does_not_declare_are_kept_on_save(storage):
+    await storage.write({KEY: StoreItem({"name": "Ada", "visits": 8, "plan": "pro"}, None)})
+    state = await read_turn(storage, IDS, Scopes([PlainState]))
+    state.user.data.visits += 1
+    await save(storage, state)
+    assert await storage.stored(KEY) == {"plan": "pro", "name": "Ada", "visits": 9}
+    again = await read_turn(storage, IDS, Scopes([PlainState]))
+    assert again.user.data.visits == 9 and "plan" not in again.user  # not a field of the model
+
+
+async def test_a_model_that_forbids_extra_members_refuses_them_by_name(storage):
+    await storage.write({KEY: StoreItem({"name": "Ada", "plan": "pro"}, None)})
+    state = await read_turn(storage, IDS, Scopes([ClosedState]))
+    with pytest.raises(StateValidationError) as info:
+        state.user.data  # noqa: B018
+    assert info.value.field == "plan"
