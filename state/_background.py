@@ -65,7 +65,7 @@ async def open_state(
     On a conflict the block's changes are rebased onto the newer version and written again;
     `StateConflictError` when both changed the same paths or the retries run out.
     """
-    async with open_turn(storage, ids, scopes=_only(cls), retries=retries, strict=False) as state:
+    async with open_turn(storage, ids, scopes=_only(cls), retries=retries) as state:
         yield state.scope(cls.scope)  # type: ignore[misc]
 
 

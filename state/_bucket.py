@@ -61,6 +61,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         "_base",
         "_pending",
         "_closed",
+        "_reads",
+        "_read_all",
     )
     _key: str | None
     _etag: str | None
@@ -71,6 +73,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     _base: bytes | None
     _pending: bytes | None
     _closed: bool
+    _reads: set[tuple[str, ...]]
+    _read_all: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -128,7 +132,9 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     @property
     def data(self) -> Any:
         """The live document: the model instance of a typed bucket, else a dict of JSON values."""
-        return self._root()
+        root = self._root()
+        self._read_all = True
+        return root
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -144,6 +150,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def __getitem__(self, key: str) -> Any:
         value = child(self._root(), key)
+        self._reads.add((key,))
         if value is MISSING:
             raise KeyError(key)
         return value
@@ -151,6 +158,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def get(self, key: str, default: Any = None) -> Any:
         """The value of `key`, or `default` when absent (falsy stored values are returned)."""
         value = child(self._root(), key)
+        self._reads.add((key,))
         return default if value is MISSING else value
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -172,13 +180,21 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         drop(self._root(), key)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and child(self._root(), key) is not MISSING
+        if not isinstance(key, str):
+            return False
+        found = child(self._root(), key) is not MISSING
+        self._reads.add((key,))
+        return found
 
     def __iter__(self) -> Iterator[str]:
-        return iter(members(self._root()))
+        names = members(self._root())
+        self._read_all = True
+        return iter(names)
 
     def __len__(self) -> int:
-        return len(members(self._root()))
+        names = members(self._root())
+        self._read_all = True
+        return len(names)
 
     def clear(self) -> None:
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
@@ -197,7 +213,9 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def get_path(self, parts: tuple[str, ...]) -> Any:
         """The value at a path of member names / list indices, or `MISSING` when absent."""
-        return get_in(self._root(), parts)
+        value = get_in(self._root(), parts)
+        self._reads.add(parts)
+        return value
 
     def set_path(self, parts: tuple[str, ...], value: Any) -> None:
         """Set the value at a path, creating missing intermediate dicts."""
@@ -219,11 +237,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
         if self._base is None:
             return []
+        self._read_all = True
         return make_patch(orjson.loads(self._base), self._document())
 
     def document(self) -> dict[str, Any]:
         """A fresh copy of the document as it would be stored now."""
         self._root()
+        self._read_all = True
         copy: dict[str, Any] = self._copy(self._document())
         return copy
 
@@ -237,6 +257,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._etag = item.etag if item is not None else None
         self._value = self._base = self._pending = None
         self._kept = {}
+        self._reads = set()
+        self._read_all = False
 
     def pending_write(self) -> StoreItem | None:
         """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
@@ -267,13 +289,15 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             raise StateError("mark_saved() needs a pending_write() first")
         self._base, self._etag, self._pending = self._pending, etag, None
 
-    def rebase(self, newer: StoreItem | None, *, strict: bool = False) -> None:
+    def rebase(self, newer: StoreItem | None) -> None:
         """Replay this bucket's changes onto a newer stored version, after a write conflict.
 
-        Raises `StateConflictError` naming the paths when the newer version changed what
-        these changes touch (a list counts as one value), leaving the bucket as it was. A
-        change the newer version already made is dropped, unless `strict` (then it clashes).
-        A stored document deleted since (`newer` None) is a conflict too, never recreated.
+        Allowed only when that gives what running this turn after the other writer would:
+        the newer version changed nothing this bucket's turn read (each `get`, `[]`, `in`
+        and path lookup is recorded; `data`, iteration and `len` read everything) or wrote.
+        Else `StateConflictError` names the paths and the bucket is left as it was. A blind
+        write the newer version already made is dropped. A stored document deleted since
+        (`newer` None) is a conflict too, never recreated.
         """
         if self._base is None:
             self.load(newer)
@@ -289,8 +313,9 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         fresh = type(self)(self._key, newer)
         fresh._root()
         theirs = fresh._document()
+        reads = None if self._read_all else self._reads
         patch, clashes = rebase_patch(
-            base, make_patch(base, self._document()), make_patch(base, theirs), strict=strict
+            base, make_patch(base, self._document()), make_patch(base, theirs), reads=reads
         )
         if clashes:
             raise StateConflictError(

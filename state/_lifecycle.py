@@ -83,19 +83,14 @@ async def retry_on_conflict(retries: int, attempt: Callable[[int], Awaitable[T]]
     ) from failed
 
 
-async def save_merging(
-    storage: Storage, buckets: list[AgentState], *, retries: int, strict: bool
-) -> None:
-    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase, write again.
-
-    `strict` also refuses a change both writers made (two turns that each add 1 agree on
-    the result but must not count once).
-    """
+async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: int) -> None:
+    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase (where that
+    is provably what a serial order gives, see `AgentState.rebase`) and write again."""
     conflict: list[StateConflictError] = []
 
     async def attempt(number: int) -> None:
         if number:
-            await _rebase(storage, buckets, conflict[-1].keys, strict)
+            await _rebase(storage, buckets, conflict[-1].keys)
         try:
             await save_buckets(storage, buckets)
         except StateConflictError as exc:
@@ -112,14 +107,13 @@ async def open_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     retries: int = MERGE_RETRIES,
-    strict: bool = True,
 ) -> AsyncIterator[TurnState]:
     """Load the turn's buckets in one read, yield its `TurnState`, save it on a clean exit.
 
     `scopes`: a `Scopes` plan, or custom scope classes added to the built-in ones. On a
-    conflict the turn's changes are replayed onto the newer versions (`retries` times);
-    `StateConflictError` names the scopes and paths when both changed the same path (with
-    `strict`, even to the same value). An exception in the block saves nothing. Once the
+    conflict the turn's changes are replayed onto the newer versions (`retries` times) when
+    the other writer changed nothing the turn read or wrote; else `StateConflictError` names
+    the scopes and paths. An exception in the block saves nothing. Once the
     block is over the state is closed: using it raises `StateClosedError`.
     """
     check_retries(retries)
@@ -127,7 +121,7 @@ async def open_turn(
     try:
         yield state
         if not state.discarded:
-            await save_merging(storage, state.stored_buckets(), retries=retries, strict=strict)
+            await save_merging(storage, state.stored_buckets(), retries=retries)
     finally:
         state.close()
 
@@ -138,11 +132,9 @@ def check_retries(retries: object) -> None:
         raise ValueError(f"retries must be an int >= 0, got {retries!r}")
 
 
-async def _rebase(
-    storage: Storage, buckets: list[AgentState], keys: list[str], strict: bool
-) -> None:
+async def _rebase(storage: Storage, buckets: list[AgentState], keys: list[str]) -> None:
     """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
     found = await storage.read(keys)
     by_key = {bucket.key: bucket for bucket in buckets}
     for key in keys:
-        by_key[key].rebase(found.get(key), strict=strict)
+        by_key[key].rebase(found.get(key))

@@ -17,6 +17,7 @@ from agent_state._ids import TurnIds
 from agent_state._scopes import TempState, UserState
 from agent_state.backends import StoreItem
 from agent_state.jsonpatch._apply import apply_patch
+from agent_state.jsonpatch._values import json_equal
 
 FALSY = [0, 0.0, "", False, [], {}, None]
 
@@ -24,6 +25,16 @@ FALSY = [0, 0.0, "", False, [], {}, None]
 def loaded(document: dict, etag: str = "1") -> UserState:
     """A user bucket as if read from storage (a fresh copy of `document`)."""
     return UserState("c/users/u", StoreItem(orjson.loads(orjson.dumps(document)), etag))
+
+
+def blind(bucket: AgentState) -> dict:
+    """The live document without recording a read: these tests exercise the write-write
+    rules, which hold whatever a turn read (the read rules have their own tests below)."""
+    return bucket._root()
+
+
+def snapshot(bucket: AgentState) -> dict:
+    return orjson.loads(orjson.dumps(bucket._document()))
 
 
 def canonical(value: object) -> bytes:
@@ -229,8 +240,8 @@ def test_rebase_merges_disjoint_changes():
 @pytest.mark.parametrize("edit", [lambda d: d.__setitem__("plan", "pro"), lambda d: d.pop("plan")])
 def test_rebase_skips_a_change_both_made(edit):
     bucket = loaded({"plan": "free", "n": 1})
-    edit(bucket.data)
-    theirs = bucket.document()
+    edit(blind(bucket))
+    theirs = snapshot(bucket)
     theirs["n"] = 2
     bucket.rebase(StoreItem(theirs, "2"))
     assert bucket.pending_write() is None and bucket.etag == "2" and bucket["n"] == 2
@@ -248,12 +259,12 @@ def test_rebase_skips_a_change_both_made(edit):
 )
 def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
     bucket = loaded({"plan": "free", "tags": ["a"]})
-    ours(bucket.data)
-    before = bucket.document()
+    ours(blind(bucket))
+    before = snapshot(bucket)
     with pytest.raises(StateConflictError) as info:
         bucket.rebase(StoreItem(theirs, "2"))
     assert info.value.paths == [path] and info.value.scopes == ["user"]
-    assert bucket.document() == before and bucket.etag == "1"
+    assert snapshot(bucket) == before and bucket.etag == "1"
 
 
 def _rename_draft(d):
@@ -273,19 +284,58 @@ def _rename_draft(d):
 )
 def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
-    ours(bucket.data)
-    before = bucket.document()
+    ours(blind(bucket))
+    before = snapshot(bucket)
     with pytest.raises(StateConflictError) as info:
         bucket.rebase(StoreItem(theirs, "2"))
     assert info.value.paths == [path]
-    assert bucket.document() == before and bucket.etag == "1"
+    assert snapshot(bucket) == before and bucket.etag == "1"
 
 
 def test_rebase_keeps_a_rename_apart_from_their_changes():
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
-    _rename_draft(bucket.data)
+    _rename_draft(blind(bucket))
     bucket.rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
     assert dict(bucket) == {"n": 2, "final": {"t": "old"}}
+
+
+@pytest.mark.parametrize(
+    ("read", "path"),
+    [
+        (lambda b: b.get("credits"), "/credits"),
+        (lambda b: b["credits"], "/credits"),
+        (lambda b: "credits" in b, "/credits"),
+        (lambda b: b.get_path(("limits", "daily")), "/limits/daily"),
+        (lambda b: b.data, ""),
+        (lambda b: list(b), ""),
+        (lambda b: len(b), ""),
+    ],
+)
+def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
+    """Write skew: we decided on `credits` (or everything) that they changed meanwhile."""
+    bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
+    read(bucket)
+    bucket["plan"] = "pro"
+    with pytest.raises(StateConflictError) as info:
+        bucket.rebase(StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 2}}, "2"))
+    assert path in info.value.paths and not info.value.retryable
+    assert bucket["plan"] == "pro" and bucket.etag == "1"
+
+
+def test_rebase_merges_when_what_this_turn_read_is_untouched():
+    bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
+    assert bucket.get("plan") == "free" and bucket.get_path(("limits", "weekly")) is not None
+    bucket["plan"] = "pro"
+    bucket.rebase(StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 1}}, "2"))
+    assert dict(bucket) == {"plan": "pro", "credits": 10, "limits": {"daily": 1}}
+
+
+def test_two_increments_never_merge_into_one():
+    first, second = loaded({"n": 1}), loaded({"n": 1})
+    first["n"] = first["n"] + 1
+    second["n"] = second["n"] + 1
+    with pytest.raises(StateConflictError):
+        second.rebase(StoreItem(first.document(), "2"))
 
 
 def test_rebase_of_an_untouched_bucket_just_loads():
@@ -361,8 +411,9 @@ def test_changes_replay_random_in_place_edits(start, edits):
             node[pick % len(node)] = value
     patch = bucket.changes()
     now = bucket.document()
-    assert canonical(apply_patch(start, patch)) == canonical(now)
-    assert canonical(jsonpatch.apply_patch(start, patch)) == canonical(now)
+    # JSON numbers compare by value (RFC 8259), so 2**53 and 2.0**53 need no patch op
+    assert json_equal(apply_patch(start, patch), now)
+    assert json_equal(jsonpatch.apply_patch(start, patch), now)
     if canonical(now) != canonical(start):
         assert bucket.changed and bucket.pending_write() is not None
     if not bucket.changed:

@@ -6,7 +6,12 @@ import jsonpatch
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_state._errors import StatePathError, StateValidationError, StateValueError
+from agent_state._errors import (
+    StateConflictError,
+    StatePathError,
+    StateValidationError,
+    StateValueError,
+)
 from agent_state._ids import TurnIds
 from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
 from agent_state._plan import Scopes
@@ -221,7 +226,7 @@ def test_data_setter_takes_a_model_instance():
 
 
 async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
-    await save_merging(storage, state.stored_buckets(), retries=retries, strict=True)
+    await save_merging(storage, state.stored_buckets(), retries=retries)
 
 
 async def test_typed_bucket_in_a_turn_round_trips(storage):
@@ -282,12 +287,25 @@ async def test_typed_turns_merge_changes_to_different_fields(storage):
     b = await read_turn(storage, IDS, Scopes([ProfileState]))
     a.user.data.tags.append("vip")
     await save(storage, a)
-    b.user.data.address.city = "Paris"
+    b.set("user.address.city", "Paris")  # a path write reads nothing, so it merges
     await save(storage, b)
     merged = await storage.stored(KEY)
     assert merged is not None and merged["tags"] == ["vip"]
     assert merged["address"]["city"] == "Paris" and merged["visits"] == 1
     assert b.user.data.tags == ["vip"] and b.user.data.address.city == "Paris"
+
+
+async def test_a_typed_turn_that_used_its_model_does_not_merge(storage):
+    """`data` hands out the whole model: the turn may have read any of it."""
+    await storage.write({KEY: StoreItem({SCHEMA_FIELD: 2, "name": "Ada", "visits": 1}, None)})
+    a = await read_turn(storage, IDS, Scopes([ProfileState]))
+    b = await read_turn(storage, IDS, Scopes([ProfileState]))
+    a.user.data.visits += 1
+    await save(storage, a)
+    b.user.data.tags.append("vip")
+    with pytest.raises(StateConflictError):
+        await save(storage, b)
+    assert (await storage.stored(KEY))["visits"] == 2
 
 
 class Plain(BaseModel):
