@@ -4,12 +4,28 @@ File names come from `filenames` (reversible, lower-case, at most 255 bytes). Ev
 a durable atomic replace (`fileio`), so a crash never leaves a torn document, and runs with
 its version check in one critical section under the key's `flock` (`filelock`), so
 preconditions hold across tasks, instances and OS processes. Etags are uuid4 hex and never
-repeat. TTL is kept in the file as `meta.expires_at` (Unix time); expired documents read as
-absent, and `list` deletes them along with temp files left by crashed writers.
+repeat. A lock wait is bounded by `lock_timeout` and then raises `StorageUnavailableError`.
+TTL is kept in the file as `meta.expires_at` (Unix time); expired documents read as
+absent, and `list` deletes them.
+
+A writer killed mid-write leaves a `.tmp-<stripe>-<uuid>` file behind (never a torn
+document). Such a file exists only while its writer holds the lock stripe named in it, so
+opening a FileStorage (and every `list`) deletes each temp file whose stripe it can lock
+at once: its writer is gone, whichever process it was, and nothing waits or guesses from
+clocks. The cost is one directory listing per open. A temp file without a stripe of ours
+(another version's) is deleted once it is `STALE_TEMP_SECONDS` old.
+
+`from_url` takes `file:///absolute/dir`, `file://./relative/dir` or `file://../dir` and
+refuses the rest at open time with `StorageConfigError`: a host (`file://host/dir`), `~`
+(URLs are not shell paths, so it is not expanded: give the absolute path), a query or a
+fragment (FileStorage has no URL options; pass keyword options to `open_storage`). The
+root may not be empty, the filesystem root, or an existing non-directory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import os
 import time
 import uuid
@@ -44,37 +60,77 @@ T = TypeVar("T")
 
 LOCK_DIR = ".locks"
 STALE_TEMP_SECONDS = 3600.0
-"""A temp file this old belongs to a writer that died; `list` deletes it."""
+"""A temp file without a stripe of ours this old belongs to a writer that died."""
+LOCK_TIMEOUT_SECONDS = 10.0
+"""Default `lock_timeout`: how long a read-modify-write waits for a key's lock."""
 
 # Blocking file I/O runs in aiofiles' executor: one thread hop per operation, not per call.
 _read_files = aiofiles.os.wrap(fileio.read_files)
 _read_heads = aiofiles.os.wrap(fileio.read_heads)
-_remove_stale = aiofiles.os.wrap(fileio.remove_stale)
 
 
 class FileStorage(Storage):
-    """Documents as files under `root`, which is created if missing."""
+    """Documents as files under `root`, which is created if missing.
+
+    `lock_timeout` (seconds, default `LOCK_TIMEOUT_SECONDS`; 0 tries once) bounds each wait
+    for a key's lock held by another process or instance; then `StorageUnavailableError`.
+    Opening removes temp files of writers that died (see the module docstring).
+    """
 
     def __init__(
         self,
         root: str | os.PathLike[str],
         *,
+        lock_timeout: float = LOCK_TIMEOUT_SECONDS,
         max_document_bytes: int | None = None,
         write_group: WriteGroup | None = None,
     ) -> None:
         super().__init__(write_group=write_group, max_document_bytes=max_document_bytes)
-        self.root = Path(root).absolute()
-        with unavailable(f"file storage: cannot create the directory {self.root}", (OSError,)):
-            (self.root / LOCK_DIR).mkdir(parents=True, exist_ok=True)
-        self._locks = StripedFileLocks(self.root / LOCK_DIR)
+        self.root = _checked_root(root)
+        if type(lock_timeout) not in (int, float) or not 0 <= lock_timeout < math.inf:
+            raise StorageConfigError(
+                f"lock_timeout must be a finite number of seconds >= 0, got {lock_timeout!r}"
+            )
+        self._locks = StripedFileLocks(self.root / LOCK_DIR, timeout=lock_timeout)
+        with unavailable(f"file storage: cannot open the directory {self.root}", (OSError,)):
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as exc:
+                raise StorageConfigError(
+                    f"file storage root {self.root} is not a directory"
+                ) from exc
+            (self.root / LOCK_DIR).mkdir(exist_ok=True)
+            self._remove_orphan_temps(os.listdir(self.root))
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> FileStorage:
-        """`file://./relative/dir` or `file:///absolute/dir` (percent-escapes are decoded)."""
-        scheme, separator, path = url.partition("://")
-        if not separator or scheme.lower() != "file" or not path:
-            raise StorageConfigError(f"file storage URL must be file://PATH, got {url!r}")
-        return cls(unquote(path), **options)
+        """`file:///absolute/dir` or `file://./relative/dir` (also `../`); percent-escapes are
+        decoded. Raises `StorageConfigError` for other forms (see the module docstring)."""
+        scheme, separator, rest = url.partition("://") if isinstance(url, str) else ("", "", "")
+        if not separator or scheme.lower() != "file" or not rest:
+            raise StorageConfigError(
+                f"file storage URL must be file:///abs/dir or file://./rel/dir, got {url!r}"
+            )
+        marks = [i for i in (rest.find("?"), rest.find("#")) if i >= 0]
+        if marks:
+            extra = rest[min(marks) :]
+            part = "query" if extra[0] == "?" else "fragment"
+            raise StorageConfigError(
+                f"file storage URL {url!r} has a {part} {extra!r}: FileStorage takes no URL"
+                " options; pass them as keyword options, e.g. open_storage(url, lock_timeout=5)"
+            )
+        authority = rest.split("/", 1)[0]
+        if authority.startswith("~"):
+            raise StorageConfigError(
+                f"file storage URL {url!r}: '~' is not expanded in a URL; give the absolute"
+                " path, e.g. file:///home/me/state"
+            )
+        if authority not in ("", ".", ".."):
+            raise StorageConfigError(
+                f"file storage URL {url!r} names a host {authority!r}: use file:///abs/dir"
+                " for an absolute path or file://./rel/dir for a relative one"
+            )
+        return cls(unquote(rest), **options)
 
     def path_for(self, key: str) -> Path:
         """The file holding `key`'s document (for tools and tests; never write it directly)."""
@@ -115,14 +171,12 @@ class FileStorage(Storage):
         keys = []
         with unavailable(f"file storage: cannot list {self.root}", (OSError,)):
             candidates: dict[str, str | None] = {}  # file name -> key (None: read from the file)
-            temps = []
-            for name in await aiofiles.os.listdir(self.root):
-                if name.startswith(fileio.TEMP_PREFIX):
-                    temps.append(self.root / name)
+            names = await aiofiles.os.listdir(self.root)
+            for name in names:
                 key = key_for_name(name)  # None for the store's own (dot) files and foreign ones
                 if key.startswith(prefix) if key is not None else is_hashed(name):
                     candidates[name] = key
-            await _remove_stale(temps, STALE_TEMP_SECONDS)
+            await asyncio.to_thread(self._remove_orphan_temps, names)
             heads = await _read_heads([self.root / name for name in candidates])
             now = time.time()
             for (name, key), head in zip(candidates.items(), heads, strict=True):
@@ -143,19 +197,31 @@ class FileStorage(Storage):
         with unavailable(f"file storage: {what}", (OSError,)):
             return await self._locks.run(key, action)
 
+    def _remove_orphan_temps(self, names: list[str]) -> None:
+        """Delete the temp files among `names` whose writer is gone (see module docstring)."""
+        for name in names:
+            if not name.startswith(fileio.TEMP_PREFIX):
+                continue
+            path, stripe = self.root / name, fileio.temp_tag(name)
+            if stripe is not None and self._locks.owns(stripe):
+                self._locks.run_if_free(stripe, partial(fileio.remove, path))
+            else:
+                fileio.remove_if_older(path, STALE_TEMP_SECONDS)
+
     def _write_locked(self, write: PreparedWrite, expires_at: float | None) -> str | None:
         """Under the key's lock: replace the document if the precondition holds; new etag."""
         path = self._path(write.key)
-        if write.expected != ANY and not _holds(write.expected, fileio.read_head(path)):
+        if write.expected != ANY and not _holds(write.key, write.expected, fileio.read_head(path)):
             return None
         etag = uuid.uuid4().hex
-        fileio.replace_durably(path, wrap(write.key, write.data, etag, expires_at=expires_at))
+        raw = wrap(write.key, write.data, etag, expires_at=expires_at)
+        fileio.replace_durably(path, raw, tag=self._locks.stripe(write.key))
         return etag
 
     def _delete_locked(self, key: str, expected: str) -> bool:
         """Under the key's lock: delete if `expected` is ANY or the current etag."""
         path = self._path(key)
-        if expected != ANY and not _holds(expected, fileio.read_head(path)):
+        if expected != ANY and not _holds(key, expected, fileio.read_head(path)):
             return False
         fileio.remove_durably(path)
         return True
@@ -163,18 +229,37 @@ class FileStorage(Storage):
     def _remove_expired_locked(self, key: str) -> None:
         path = self._path(key)
         head = fileio.read_head(path)
-        if head is not None and expired(head.expires_at):
+        if head is not None and head.key == key and expired(head.expires_at):
             fileio.remove_durably(path)
 
     def _path(self, key: str) -> Path:
         return self.root / name_for_key(key)
 
 
-def _holds(expected: str | None, head: Head | None) -> bool:
-    """Whether a precondition holds on a file's head; an expired document counts as absent."""
+def _checked_root(root: object) -> Path:
+    """`root` as an absolute path; `StorageConfigError` for an empty one or the file system root
+    (which the store would fill with its own files)."""
+    path = os.fspath(root) if isinstance(root, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise StorageConfigError(f"file storage root must be a non-empty path, got {root!r}")
+    absolute = Path(path).absolute()
+    real = os.path.realpath(absolute)
+    if os.path.dirname(real) == real:
+        raise StorageConfigError(
+            f"file storage root {path!r} is the file system root; give the store a directory"
+            " of its own, e.g. file:///var/lib/my-bot/state"
+        )
+    return absolute
+
+
+def _holds(key: str, expected: str | None, head: Head | None) -> bool:
+    """Whether a precondition holds on the head of `key`'s file; an expired document counts as
+    absent, and one naming another key (a copied file) as present in an unknown format."""
+    if head is not None and head.key != key:
+        return precondition_holds(expected, "")  # "": present, in an unknown format
     if head is None or expired(head.expires_at):
         return precondition_holds(expected, None)
-    return precondition_holds(expected, head.etag or "")  # "": present, in an unknown format
+    return precondition_holds(expected, head.etag or "")
 
 
 def _key_of_hashed(name: str, head: Head) -> str:

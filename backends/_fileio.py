@@ -2,7 +2,9 @@
 
 `replace_durably` writes a temp file next to the target, fsyncs it, renames it over the
 target and fsyncs the directory, so a crash leaves the old or the new file, never a torn one.
-`read_head` learns a document's key, etag and expiry without parsing its data.
+A temp file's name carries a tag from its writer (FileStorage: the lock stripe it holds), so
+a cleaner can tell whether a writer may still be at work on it. `read_head` learns a
+document's key, etag and expiry without parsing its data.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from ._envelope import UNKNOWN, Head, parse_head
 
 TEMP_PREFIX = ".tmp-"
 """Temp files of writes in flight; like every name starting with `.`, never a key's file."""
+
+_TEMP_SUFFIX_LENGTH = 1 + 32  # "-" and a uuid4 in hex
 
 _HEAD_BYTES = 64 * 1024
 
@@ -51,9 +55,20 @@ def read_heads(paths: list[Path]) -> list[Head | None]:
     return [read_head(path) for path in paths]
 
 
-def replace_durably(path: Path, raw: bytes) -> None:
-    """Atomically make `raw` the content of `path` and persist it (see module docstring)."""
-    temp = path.with_name(f"{TEMP_PREFIX}{uuid.uuid4().hex}")
+def temp_tag(name: str) -> str | None:
+    """The writer's tag in a temp file name `replace_durably` made, else None."""
+    tag, suffix = name[len(TEMP_PREFIX) : -_TEMP_SUFFIX_LENGTH], name[-_TEMP_SUFFIX_LENGTH:]
+    if not name.startswith(TEMP_PREFIX) or not tag or suffix[0] != "-":
+        return None
+    return tag
+
+
+def replace_durably(path: Path, raw: bytes, tag: str) -> None:
+    """Atomically make `raw` the content of `path` and persist it (see module docstring).
+
+    The temp file is named `.tmp-<tag>-<uuid4 hex>`.
+    """
+    temp = path.with_name(f"{TEMP_PREFIX}{tag}-{uuid.uuid4().hex}")
     try:
         with open(temp, "xb") as file:
             file.write(raw)
@@ -76,12 +91,17 @@ def remove_durably(path: Path) -> None:
     fsync_directory(path.parent)
 
 
-def remove_stale(paths: list[Path], max_age: float) -> None:
-    """Delete those of `paths` last modified more than `max_age` seconds ago."""
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            if time.time() - os.stat(path).st_mtime > max_age:
-                os.remove(path)
+def remove(path: Path) -> None:
+    """Delete `path` if it exists (not persisted: for files no reader looks at)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def remove_if_older(path: Path, max_age: float) -> None:
+    """Delete `path` if it was last modified more than `max_age` seconds ago."""
+    with contextlib.suppress(FileNotFoundError):
+        if time.time() - os.stat(path).st_mtime > max_age:
+            os.remove(path)
 
 
 def fsync_directory(path: Path) -> None:

@@ -1,22 +1,29 @@
 """Per-key exclusive locks that hold across tasks, storage instances and OS processes.
 
-Keys hash onto a fixed set of lock files, so lock files never pile up or need deleting.
-`run(key, action)` queues the instance's tasks on an asyncio lock, then runs the blocking
-`action` in one worker-thread call that holds `flock` on the key's lock file around it: the
-event loop never blocks, a lock holder never waits for another thread, and a cancelled
-caller cannot cut a critical section short (the thread finishes it and unlocks).
+Keys hash onto a fixed set of lock files (stripes), so lock files never pile up or need
+deleting. `run(key, action)` queues the instance's tasks on an asyncio lock, then runs the
+blocking `action` in one worker-thread call that holds `flock` on the key's lock file around
+it: the event loop never blocks, a lock holder never waits for another thread, and a
+cancelled caller cannot cut a critical section short (the thread finishes it and unlocks).
+
+A wait is bounded: the thread retries a non-blocking `flock` with short, growing pauses
+until `timeout` seconds after `run` was called, then raises `StorageUnavailableError`
+naming the key, so a stuck or hung holder in another process cannot block callers forever.
+The kernel drops a dead process's `flock`, so a killed holder never needs the timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ._errors import StorageConfigError
+from ._errors import StorageConfigError, StorageUnavailableError
 
 try:
     import fcntl
@@ -25,25 +32,62 @@ except ImportError:  # not POSIX: FileStorage refuses to start, the rest of `bac
 
 T = TypeVar("T")
 
+_FIRST_PAUSE = 0.001
+_LONGEST_PAUSE = 0.05
+"""Polling a held lock: pauses double from the first up to the longest (seconds)."""
+
 
 class StripedFileLocks:
-    """Locks `stripes` lock files in `directory` (created on first use) on behalf of keys."""
+    """Locks `stripes` lock files in `directory` (created on first use) on behalf of keys.
 
-    def __init__(self, directory: Path, stripes: int = 256) -> None:
+    `timeout` (seconds) bounds how long `run` waits for a lock; 0 tries once.
+    """
+
+    def __init__(self, directory: Path, *, timeout: float, stripes: int = 256) -> None:
         if fcntl is None:
             raise StorageConfigError("FileStorage needs POSIX file locking (fcntl.flock)")
         self._directory = directory
+        self._timeout = timeout
         self._stripes = stripes
-        self._task_locks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        self._names = frozenset(f"{stripe:03d}" for stripe in range(stripes))
+        self._task_locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+
+    def stripe(self, key: str) -> str:
+        """The name of the lock file (the stripe) that `key` locks."""
+        digest = hashlib.sha256(key.encode()).digest()
+        return f"{int.from_bytes(digest[:4], 'big') % self._stripes:03d}"
+
+    def owns(self, name: str) -> bool:
+        """Whether `name` is one of these locks' stripe names, as `stripe` returns them."""
+        return name in self._names
 
     async def run(self, key: str, action: Callable[[], T]) -> T:
-        """Run blocking `action` in a worker thread while holding the lock of `key`."""
-        digest = hashlib.sha256(key.encode()).digest()
-        stripe = int.from_bytes(digest[:4], "big") % self._stripes
-        async with self._task_lock(stripe):
-            return await asyncio.to_thread(_call_locked, self._directory / f"{stripe:03d}", action)
+        """Run blocking `action` in a worker thread while holding the lock of `key`.
 
-    def _task_lock(self, stripe: int) -> asyncio.Lock:
+        Raises `StorageUnavailableError` if the lock is not free within the timeout.
+        """
+        deadline = time.monotonic() + self._timeout
+        stripe = self.stripe(key)
+        async with self._task_lock(stripe):
+            return await asyncio.to_thread(self._call_locked, key, stripe, deadline, action)
+
+    def run_if_free(self, stripe: str, action: Callable[[], None]) -> None:
+        """Run blocking `action` holding the stripe's lock if nobody holds it now; never waits."""
+        with _flocked(self._directory / stripe, time.monotonic()) as held:
+            if held:
+                action()
+
+    def _call_locked(self, key: str, stripe: str, deadline: float, action: Callable[[], T]) -> T:
+        path = self._directory / stripe
+        with _flocked(path, deadline) as held:
+            if not held:
+                raise StorageUnavailableError(
+                    f"file storage: the lock of {key!r} ({path}) stayed held by another process"
+                    f" or storage instance for the whole lock_timeout of {self._timeout:g} s"
+                )
+            return action()
+
+    def _task_lock(self, stripe: str) -> asyncio.Lock:
         """The stripe's asyncio lock for the running loop (an asyncio lock serves one loop only).
 
         A storage used from one loop after another (`asyncio.run` per job) gets a new lock per
@@ -57,10 +101,27 @@ class StripedFileLocks:
         return entry[1]
 
 
-def _call_locked(path: Path, action: Callable[[], T]) -> T:
+@contextlib.contextmanager
+def _flocked(path: Path, deadline: float) -> Iterator[bool]:
+    """Hold an exclusive `flock` on `path` for the block; yields False if it was not free
+    by `deadline` (a `time.monotonic()` value), after at least one attempt."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return action()
+        yield _acquire(fd, deadline)
     finally:
         os.close(fd)  # closing the only descriptor releases the flock
+
+
+def _acquire(fd: int, deadline: float) -> bool:
+    """Try `flock` until `deadline`; polling, since a blocking `flock` cannot time out."""
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(pause, remaining))
+            pause = min(2 * pause, _LONGEST_PAUSE)

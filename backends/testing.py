@@ -328,6 +328,34 @@ class StorageContract:
             await storage.delete(["k/a"], if_match={"k/other": "1"})
         assert await storage.read(["k/a"]) == {}
 
+    async def test_delete_if_match_that_is_not_a_mapping_is_refused(self, storage: Storage) -> None:
+        etag = await create(storage, "k/a", {"v": 1})
+        with pytest.raises(InvalidValueError):
+            await storage.delete(["k/a"], if_match=etag)  # type: ignore[arg-type]
+        assert (await storage.read(["k/a"]))["k/a"] == StoreItem({"v": 1}, etag)
+
+    async def test_a_document_planted_under_another_key_is_refused_and_kept(
+        self, harness: Harness
+    ) -> None:
+        """A's valid envelope stored as B (a file copied under another user's name) is never
+        served as B's, and no conditional write or delete of B replaces it."""
+        ada, bob = "c/users/ada", "c/users/bob"
+        etag = await create(harness.storage, ada, {"secret": "ada's"})
+        raw = await harness.get_raw(ada)
+        assert raw is not None
+        await harness.put_raw(bob, raw)
+        planted = await harness.get_raw(bob)
+        with pytest.raises(FormatError) as info:
+            await harness.storage.read([bob])
+        assert info.value.key == bob
+        for expected in (None, etag):  # create-only, or the version that A's envelope names
+            with pytest.raises(ConflictError):
+                await harness.storage.write({bob: StoreItem({"mine": "bob's"}, expected)})
+        with pytest.raises(ConflictError):
+            await harness.storage.delete([bob], if_match={bob: etag})
+        assert await harness.get_raw(bob) == planted
+        assert (await harness.storage.read([ada]))[ada] == StoreItem({"secret": "ada's"}, etag)
+
     async def test_invalid_input_is_checked_before_any_io(self, harness: Harness) -> None:
         """A closed store fails every I/O; bad input must be refused before that point."""
         another = await harness.open_another()

@@ -6,6 +6,12 @@
     python file_worker.py write-loop ROOT KEY BYTES FIRST
         prints "writing", then writes self-checking documents of about BYTES numbered
         FIRST, FIRST+1, ... forever, printing each number once its write returned.
+    python file_worker.py hold-lock ROOT KEY
+        takes KEY's lock as FileStorage does, prints "locked", keeps it until a line arrives
+        on stdin, then releases it and prints "released".
+    python file_worker.py stall-write ROOT KEY
+        writes KEY but stops once its temp file is complete on disk (at the temp file's
+        fsync), prints "stalled" and waits there, holding KEY's lock, until it is killed.
 
 Run with the repository root on PYTHONPATH.
 """
@@ -14,9 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sys
+import threading
+from pathlib import Path
 
 from agent_state.backends import ConflictError, FileStorage, StoreItem
+from agent_state.backends._file import LOCK_DIR, LOCK_TIMEOUT_SECONDS
+from agent_state.backends._filelock import StripedFileLocks
 
 
 def checked_document(seq: int, size: int) -> dict[str, object]:
@@ -46,12 +57,35 @@ async def write_loop(storage: FileStorage, key: str, size: int, seq: int) -> Non
         seq += 1
 
 
-async def main(mode: str, root: str, key: str, number: str, first: str = "0") -> None:
+async def hold_lock(root: str, key: str) -> None:
+    def hold() -> None:
+        print("locked", flush=True)
+        sys.stdin.readline()
+
+    await StripedFileLocks(Path(root) / LOCK_DIR, timeout=LOCK_TIMEOUT_SECONDS).run(key, hold)
+    print("released", flush=True)
+
+
+async def stall_write(storage: FileStorage, key: str) -> None:
+    def stall(fd: int) -> None:  # replaces os.fsync: the first fsync is the temp file's
+        print("stalled", flush=True)
+        threading.Event().wait()  # until the test kills this process
+
+    os.fsync = stall
+    await storage.write({key: StoreItem({"from": "the stalled writer"}, "*")})
+
+
+async def main(mode: str, root: str, key: str, number: str = "0", first: str = "0") -> None:
+    if mode == "hold-lock":
+        await hold_lock(root, key)
+        return
     storage = FileStorage(root)
     if mode == "increment":
         print("ready", flush=True)
         sys.stdin.readline()
         print(await increment(storage, key, int(number)), flush=True)
+    elif mode == "stall-write":
+        await stall_write(storage, key)
     else:
         await write_loop(storage, key, int(number), int(first))
 

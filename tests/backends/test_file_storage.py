@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,9 +32,10 @@ from agent_state.backends import (
 )
 from agent_state.backends._envelope import wrap
 from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
-from agent_state.backends._fileio import TEMP_PREFIX
+from agent_state.backends._fileio import TEMP_PREFIX, temp_tag
 from agent_state.backends._filelock import StripedFileLocks
 from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
+from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +51,10 @@ keys = st.lists(st.one_of(segments, segments.map(lambda s: s * 40)), min_size=1,
 
 def data_files(root: Path) -> list[str]:
     return sorted(name for name in os.listdir(root) if not name.startswith("."))
+
+
+def temp_files(root: Path) -> list[str]:
+    return sorted(name for name in os.listdir(root) if name.startswith(TEMP_PREFIX))
 
 
 # --- file names ---------------------------------------------------------------------
@@ -147,17 +153,44 @@ async def test_ten_thousand_character_ids(tmp_path, ident):
 # --- leftovers and TTL ----------------------------------------------------------------
 
 
-async def test_temp_files_are_ignored_and_stale_ones_removed_by_list(tmp_path):
+async def test_orphan_temp_files_are_removed_on_open_and_by_list(tmp_path):
+    """A temp file whose lock stripe is free has no writer: removed at once, whatever its age.
+    One without a stripe of ours (another version's) goes when it is stale."""
     storage = FileStorage(tmp_path)
     await storage.write({"k/a": StoreItem({"a": 1})})
-    fresh, stale = tmp_path / f"{TEMP_PREFIX}fresh", tmp_path / f"{TEMP_PREFIX}stale"
-    fresh.write_bytes(b'{"v":1,"tor')
-    stale.write_bytes(b'{"v":1,"tor')
+    orphan = f"{TEMP_PREFIX}042-{'0' * 32}"
+    assert temp_tag(orphan) == "042"
+    fresh, stale = f"{TEMP_PREFIX}fresh", f"{TEMP_PREFIX}999-{'1' * 32}"
+    for name in (orphan, fresh, stale):
+        (tmp_path / name).write_bytes(b'{"v":1,"tor')
     old = time.time() - STALE_TEMP_SECONDS - 60
-    os.utime(stale, (old, old))
+    os.utime(tmp_path / stale, (old, old))
+    FileStorage(tmp_path)
+    assert temp_files(tmp_path) == [fresh]
+
+    (tmp_path / orphan).write_bytes(b'{"v":1,"tor')
     assert [k async for k in storage.list()] == ["k/a"]
-    assert fresh.exists() and not stale.exists()
+    assert temp_files(tmp_path) == [fresh]
     assert (await storage.read(["k/a"]))["k/a"].value == {"a": 1}
+
+
+async def test_opening_removes_the_temp_file_of_a_killed_writer_not_of_a_live_one(tmp_path):
+    storage = FileStorage(tmp_path)
+    etag = await create(storage, "k/doc", {"v": 1})
+    writer = spawn("stall-write", str(tmp_path), "k/doc")
+    try:
+        assert writer.stdout.readline().strip() == "stalled"  # its temp file is written
+        temps = temp_files(tmp_path)
+        assert len(temps) == 1
+        FileStorage(tmp_path)  # the writer is alive and holds the key's lock
+        assert temp_files(tmp_path) == temps
+    finally:
+        writer.kill()
+        writer.wait()
+    assert temp_files(tmp_path) == temps  # the kill left it behind
+    FileStorage(tmp_path)
+    assert temp_files(tmp_path) == []
+    assert (await storage.read(["k/doc"]))["k/doc"] == StoreItem({"v": 1}, etag)
 
 
 async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_path):
@@ -203,7 +236,7 @@ async def test_list_skips_foreign_hash_names_and_lists_newer_hashed_documents(tm
 
 
 async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
-    first, second = StripedFileLocks(tmp_path), StripedFileLocks(tmp_path)
+    first, second = StripedFileLocks(tmp_path, timeout=10), StripedFileLocks(tmp_path, timeout=10)
     acquired, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -231,6 +264,34 @@ def test_one_storage_serves_one_event_loop_after_another(tmp_path):
 
     for loop_number in range(2):
         asyncio.run(contended_writes(loop_number))
+
+
+async def test_a_lock_held_by_another_process_times_out_then_writes_work_again(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    storage = open_storage("file://./store", lock_timeout=0.3)
+    etag = await create(storage, "k/doc", {"v": 1})
+    before = storage.path_for("k/doc").read_bytes()
+    holder = spawn("hold-lock", str(tmp_path / "store"), "k/doc")
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match=r"'k/doc'.*lock_timeout of 0\.3 s"):
+            await storage.write({"k/doc": StoreItem({"v": 2}, etag)})
+        assert time.monotonic() - started >= 0.3
+        with pytest.raises(StorageUnavailableError, match="'k/doc'"):
+            await storage.delete(["k/doc"])
+        assert storage.path_for("k/doc").read_bytes() == before
+        holder.stdin.write("release\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "released"
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    etag = (await storage.write({"k/doc": StoreItem({"v": 2}, etag)}))["k/doc"]
+    assert (await storage.read(["k/doc"]))["k/doc"] == StoreItem({"v": 2}, etag)
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -304,13 +365,39 @@ async def test_writer_killed_mid_write_never_leaves_a_torn_document(tmp_path):
 # --- errors and URLs ------------------------------------------------------------------
 
 
-def test_root_that_is_a_file_is_unavailable(tmp_path):
+def test_root_that_is_a_file_is_a_config_error(tmp_path):
     regular = tmp_path / "regular"
     regular.write_text("not a directory")
     for root in (regular, regular / "below"):
-        with pytest.raises(StorageUnavailableError) as info:
+        with pytest.raises(StorageConfigError, match="is not a directory") as info:
             FileStorage(root)
         assert isinstance(info.value.__cause__, OSError)
+    assert regular.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("root", ["", "a\x00b", b"/tmp/x", 42])
+def test_an_empty_or_unusable_root_is_a_config_error(tmp_path, monkeypatch, root):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageConfigError, match="non-empty path"):
+        FileStorage(root)
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_file_system_root_is_refused(tmp_path):
+    """Not even `.locks` is created there (a first read used to create `/.locks`)."""
+    (tmp_path / "to-root").symlink_to("/")
+    for root in ("/", "/..", tmp_path / "to-root"):
+        with pytest.raises(StorageConfigError, match="file system root"):
+            FileStorage(root)
+    with pytest.raises(StorageConfigError, match="file system root"):
+        FileStorage.from_url("file:///")
+
+
+@pytest.mark.parametrize("lock_timeout", [-1, float("nan"), float("inf"), "3", True, None])
+def test_a_bad_lock_timeout_is_a_config_error(tmp_path, lock_timeout):
+    with pytest.raises(StorageConfigError, match="lock_timeout"):
+        FileStorage(tmp_path / "store", lock_timeout=lock_timeout)
+    assert not (tmp_path / "store").exists()
 
 
 async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path):
@@ -349,6 +436,11 @@ async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     relative = FileStorage.from_url("file://./data")
     assert relative.root == tmp_path / "data" and relative.root.is_dir()
+    (tmp_path / "below").mkdir()
+    monkeypatch.chdir(tmp_path / "below")
+    parent = FileStorage.from_url("file://../up%3Fdir")
+    assert parent.root.resolve() == tmp_path / "up?dir" and parent.root.is_dir()
+    monkeypatch.chdir(tmp_path)
     absolute = FileStorage.from_url(f"file://{tmp_path}/with%20space")
     assert absolute.root == tmp_path / "with space" and absolute.root.is_dir()
 
@@ -360,3 +452,64 @@ async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch
     for bad in ("file://", "memory://x", "/no/scheme"):
         with pytest.raises(StorageConfigError):
             FileStorage.from_url(bad)
+
+
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("file://host/abs", "names a host 'host'"),
+        ("file://localhost/abs", "names a host 'localhost'"),
+        ("file://data", "names a host 'data'"),
+        ("file://%2E/x", "names a host '%2E'"),
+        ("file://~/x", "'~' is not expanded"),
+        ("file://~me/x", "'~' is not expanded"),
+        ("file://./x?ttl=3", "has a query '?ttl=3'"),
+        ("file://./x?", "has a query '?'"),
+        ("file:///abs/x#part", "has a fragment '#part'"),
+        ("file://host/x#a?b", "has a fragment '#a?b'"),
+    ],
+)
+def test_from_url_refuses_what_it_does_not_understand(tmp_path, monkeypatch, url, named):
+    """`file://host/abs` was silently the relative `./host/abs`; options were part of the path."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageConfigError, match=re.escape(named)):
+        FileStorage.from_url(url)
+    with pytest.raises(StorageConfigError, match=re.escape(named)):
+        open_storage(url)
+    assert os.listdir(tmp_path) == []
+
+
+# --- a document under another key's name ------------------------------------------------
+
+
+async def test_a_file_copied_under_another_users_name_is_refused_and_kept(tmp_path):
+    storage = FileStorage(tmp_path)
+    for ada, bob in [
+        ("c/users/ada", "c/users/bob"),
+        ("c/users/" + "a" * 300, "c/users/" + "b" * 300),
+    ]:
+        etag = await create(storage, ada, {"secret": "ada's"})
+        shutil.copyfile(storage.path_for(ada), storage.path_for(bob))
+        copied = storage.path_for(bob).read_bytes()
+        with pytest.raises(FormatError, match="belongs to another key") as info:
+            await storage.read([bob])
+        assert info.value.key == bob
+        for expected in (None, etag):
+            with pytest.raises(ConflictError):
+                await storage.write({bob: StoreItem({"mine": "bob's"}, expected)})
+        with pytest.raises(ConflictError):
+            await storage.delete([bob], if_match={bob: etag})
+        assert storage.path_for(bob).read_bytes() == copied
+        assert (await storage.read([ada]))[ada] == StoreItem({"secret": "ada's"}, etag)
+
+
+async def test_an_expired_document_under_another_keys_name_is_neither_absent_nor_removed(
+    tmp_path,
+):
+    storage = FileStorage(tmp_path)
+    planted = wrap("c/users/ada", b"{}", "ada-etag", expires_at=time.time() - 1)
+    storage.path_for("c/users/bob").write_bytes(planted)
+    with pytest.raises(ConflictError):  # not "expired, so absent": it is not bob's document
+        await storage.write({"c/users/bob": StoreItem({"mine": "bob's"}, None)})
+    assert [k async for k in storage.list("c/users/")] == []  # expired, yet not removed by list
+    assert storage.path_for("c/users/bob").read_bytes() == planted
