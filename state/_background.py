@@ -53,7 +53,7 @@ async def edit_state(
         await save_buckets(storage, [bucket])
         return bucket
 
-    return await retry_on_conflict(retries, attempt)
+    return await retry_on_conflict(retries, attempt, rerun=True)
 
 
 @asynccontextmanager

@@ -3,12 +3,15 @@
 `open_turn` is the one way a turn (a bot turn, a background job, an AG-UI run) gets its
 state: `async with open_turn(storage, ids) as state:` loads in one batched read and saves on
 a clean exit; an exception (or `state.discard()`) saves nothing. A conflicting save goes
-through `retry_on_conflict`, the one retry loop: turns and `open_state` blocks replay their
-patch onto the newer version, `edit_state` re-runs its function.
+through `retry_on_conflict`, the one retry loop: a save replays the turn's patch onto the
+newer version when that is provably serial; `run_turn` (bot turns) and `edit_state` run
+the turn's function again on the newer state when it is not.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -24,6 +27,11 @@ T = TypeVar("T")
 
 MERGE_RETRIES = 3
 """How many times a save replays its changes onto a newer version after a conflict."""
+TURN_ATTEMPTS = 10
+"""How many times `run_turn` runs a turn whose changes could not be merged (first run too)."""
+BACKOFF_BASE = 0.002
+BACKOFF_CAP = 0.1
+"""Seconds: before run n+1 a turn waits a random time up to min(CAP, BASE * 2**n)."""
 
 
 async def read_turn(storage: Storage, ids: TurnIds, scopes: Scopes) -> TurnState:
@@ -56,9 +64,17 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
         pending[key][0].mark_saved(etag)
 
 
-async def retry_on_conflict(retries: int, attempt: Callable[[int], Awaitable[T]]) -> T:
+async def retry_on_conflict(
+    retries: int, attempt: Callable[[int], Awaitable[T]], *, rerun: bool = False
+) -> T:
     """Run `attempt(0)`, then `attempt(1)`... while it raises `StateConflictError`, at most
-    `retries` more times; the last conflict names every key written along the way."""
+    `retries` more times; the last conflict names every key written along the way.
+
+    A merge attempt stops at a conflict that is not `retryable` (a clash on a path). With
+    `rerun` each attempt runs the whole turn again on a fresh read, after a jittered backoff,
+    so every conflict may be retried, except one that left part of its batch written (a
+    store without atomic batches): running the turn again could apply that part twice.
+    """
     check_retries(retries)
     written: dict[str, str] = {}
     for number in range(retries + 1):
@@ -66,13 +82,17 @@ async def retry_on_conflict(retries: int, attempt: Callable[[int], Awaitable[T]]
             return await attempt(number)
         except StateConflictError as exc:
             written.update(exc.written)
-            if not exc.retryable or number == retries:
+            final = bool(exc.written) if rerun else not exc.retryable
+            if final or number == retries:
                 failed = exc
                 break
+        if rerun:
+            await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**number)))
     message = failed.reason
-    if failed.retryable:
+    if failed.retryable or rerun:
         scopes = ", ".join(map(repr, failed.scopes))
-        message = f"gave up after {number + 1} conflicting writes of {scopes} state"
+        tries = "runs of the turn" if rerun else "conflicting writes"
+        message = f"gave up after {number + 1} {tries} of {scopes} state: {failed.reason}"
     raise StateConflictError(
         failed.keys,
         written,
@@ -124,6 +144,32 @@ async def open_turn(
             await save_merging(storage, state.stored_buckets(), retries=retries)
     finally:
         state.close()
+
+
+async def run_turn(
+    storage: Storage,
+    ids: TurnIds,
+    body: Callable[[TurnState, int], Awaitable[T]],
+    *,
+    scopes: Scopes | Iterable[type[AgentState]] = (),
+    attempts: int = TURN_ATTEMPTS,
+) -> T:
+    """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
+    state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
+    the first being attempt 1. Only the last run's changes are saved; what a discarded run
+    returned is dropped. `StateConflictError` when the runs are used up, or when a store
+    without atomic batches kept part of a failed save (see `retry_on_conflict`).
+    """
+    if type(attempts) is not int or attempts < 1:
+        raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+    plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
+
+    async def attempt(number: int) -> T:
+        async with open_turn(storage, ids, scopes=plan) as state:
+            result = await body(state, number + 1)
+        return result
+
+    return await retry_on_conflict(attempts - 1, attempt, rerun=True)
 
 
 def check_retries(retries: object) -> None:

@@ -1,0 +1,93 @@
+"""run_turn: a turn whose save cannot merge runs again on the newer state, within a budget."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agent_state import StateConflictError, TurnIds, TurnState, open_turn
+from agent_state._lifecycle import run_turn
+from agent_state.backends import FileStorage, MemoryStorage, Storage
+
+IDS = TurnIds(channel_id="c", user_id="u", conversation_id="k", app_name="a")
+CONVERSATION = "c/conversations/k"
+
+
+async def stored(storage: Storage, key: str) -> dict | None:
+    item = (await storage.read([key])).get(key)
+    return item.value if item is not None else None
+
+
+async def test_fifty_concurrent_increments_all_count() -> None:
+    storage = MemoryStorage()
+
+    async def increment(state: TurnState, attempt: int) -> int:
+        count = state.get("conversation.count", 0)
+        await asyncio.sleep(0)  # let the others read the same version
+        state["conversation:count"] = count + 1
+        return attempt
+
+    attempts = await asyncio.gather(*(run_turn(storage, IDS, increment) for _ in range(50)))
+    assert await stored(storage, CONVERSATION) == {"count": 50}
+    assert max(attempts) > 1  # they did meet each other
+
+
+async def test_write_skew_inside_a_bucket_never_breaks_the_rule() -> None:
+    """Rule a + b >= 1: each turn zeroes one of them only while both are 1."""
+    storage = MemoryStorage()
+    for _ in range(20):
+        async with open_turn(storage, IDS) as state:
+            state["conversation:a"], state["conversation:b"] = 1, 1
+
+        def zero(member: str):
+            async def body(state: TurnState, attempt: int) -> None:
+                a, b = state.get("conversation.a"), state.get("conversation.b")
+                await asyncio.sleep(0)
+                if a + b >= 2:
+                    state[f"conversation:{member}"] = 0
+
+            return body
+
+        await asyncio.gather(run_turn(storage, IDS, zero("a")), run_turn(storage, IDS, zero("b")))
+        doc = await stored(storage, CONVERSATION)
+        assert doc is not None and doc["a"] + doc["b"] == 1
+
+
+async def test_the_runs_are_bounded_and_the_error_says_so() -> None:
+    storage = MemoryStorage()
+    seen: list[int] = []
+
+    async def always_overtaken(state: TurnState, attempt: int) -> None:
+        seen.append(attempt)
+        count = state.get("conversation.count", 0)
+        async with open_turn(storage, IDS) as other:  # another writer gets in first, every time
+            other["conversation:count"] = count + 100
+        state["conversation:count"] = count + 1
+
+    with pytest.raises(StateConflictError, match="gave up after 3 runs of the turn"):
+        await run_turn(storage, IDS, always_overtaken, attempts=3)
+    assert seen == [1, 2, 3]
+    with pytest.raises(ValueError):
+        await run_turn(storage, IDS, always_overtaken, attempts=0)
+
+
+async def test_a_partly_written_save_is_not_run_again(tmp_path: Path) -> None:
+    """FileStorage writes key by key: running the turn again could apply the written part twice."""
+    storage = FileStorage(tmp_path)
+    runs: list[int] = []
+
+    async def body(state: TurnState, attempt: int) -> None:
+        runs.append(attempt)
+        seen = state.get("session.n", 0)
+        async with open_turn(storage, IDS) as other:
+            other["session:n"] = seen + 10  # changes what this turn read
+        state["user:n"] = 1
+        state["session:n"] = seen + 1
+
+    with pytest.raises(StateConflictError) as info:
+        await run_turn(storage, IDS, body)
+    assert runs == [1] and list(info.value.written) == ["c/users/u"]
+    assert await stored(storage, "c/users/u") == {"n": 1}
+    assert await stored(storage, "c/conversations/k/users/u") == {"n": 10}
