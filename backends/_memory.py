@@ -26,6 +26,7 @@ from ._base import (
     precondition_holds,
 )
 from ._envelope import unwrap, wrap
+from ._errors import StorageConfigError
 
 
 @dataclass(slots=True)
@@ -50,6 +51,22 @@ class MemoryStorage(Storage):
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        max_document_bytes: int | None = None,
+        write_group: WriteGroup | None = None,
+    ) -> MemoryStorage:
+        """Open `memory://`: a new empty store. It has no location or options to give."""
+        scheme, separator, rest = url.partition("://")
+        if scheme.lower() != "memory" or not separator or rest:
+            raise StorageConfigError(
+                f"memory storage takes no location or options: use 'memory://', not {url!r}"
+            )
+        return cls(max_document_bytes=max_document_bytes, write_group=write_group)
 
     def get_envelope(self, key: str) -> bytes | None:
         """The envelope bytes stored at `key`, as every backend stores them (for tools, tests)."""

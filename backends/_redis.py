@@ -1,19 +1,20 @@
 """Redis storage (standalone or cluster) on `redis.asyncio`: one round trip per batch.
 
-A read is one MGET, a write or delete one Lua script, per cluster slot (one in all on a
-standalone server); several go in one pipeline. Layout, versions and options: docs/redis.md.
+A read, a write or a delete is one Lua script per cluster slot (one in all on a standalone
+server); several go in one pipeline. Layout, versions and options: docs/redis.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
@@ -32,11 +33,19 @@ from ._base import (
 from ._envelope import unwrap, wrap
 from ._errors import FormatError, StorageConfigError, StorageUnavailableError
 from ._redis_layout import KeyLayout
-from ._redis_scripts import DELETE, WRITE, LuaScript, split_stored
+from ._redis_scripts import DELETE, READ, WRITE, LuaScript, split_stored
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds to connect or to wait for a reply before a call fails with StorageUnavailableError."""
 
+DEFAULT_POOL_SIZE = 50
+"""Connections per server (per node of a cluster) that `from_url` lets one storage open."""
+
+_OURS = ("namespace", "cluster", "timeout", "pool_size", "pool_timeout")
+_REDIS_PY = ("protocol", "client_name", "health_check_interval")
+_TLS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
+_CHOICES = {"protocol": ("2", "3"), "ssl_cert_reqs": ("none", "optional", "required")}
+_DATABASE = re.compile(r"/?([0-9]*)", re.ASCII)
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _SCAN_COUNT = 1000
 _UNAVAILABLE = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
@@ -51,6 +60,11 @@ class RedisStorage(Storage):
     `owns_client`; turn its retries off, see docs/redis.md), or use `from_url`. On a
     standalone server a write batch is all-or-nothing (`atomic_batches`); on a cluster each
     key is written on its own, as in `MemoryStorage`.
+
+    A cluster client raises at once when a node's `max_connections` are in use, so calls on
+    a cluster wait for one of that many slots, at most `pool_timeout` seconds (then
+    `StorageUnavailableError`). A standalone client's pool waits by itself if it is a
+    `BlockingConnectionPool`, as `from_url` makes it.
     """
 
     max_ttl_seconds = 9e15
@@ -64,6 +78,7 @@ class RedisStorage(Storage):
         max_document_bytes: int | None = None,
         write_group: WriteGroup | None = None,
         owns_client: bool = False,
+        pool_timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         if not isinstance(client, (Redis, RedisCluster)):
             raise StorageConfigError("RedisStorage needs a redis.asyncio Redis or RedisCluster")
@@ -74,6 +89,11 @@ class RedisStorage(Storage):
         self.atomic_groups = True
         self.layout = KeyLayout(self.group_of, namespace)
         self._owns_client = owns_client
+        self._pool_timeout = _seconds("pool_timeout", pool_timeout)
+        self._slots: asyncio.Semaphore | None = None
+        if isinstance(client, RedisCluster):  # one connection per node and call at most
+            per_node = client.nodes_manager.connection_kwargs.get("max_connections")
+            self._slots = asyncio.Semaphore(per_node or DEFAULT_POOL_SIZE)
 
     @classmethod
     def from_url(
@@ -83,55 +103,76 @@ class RedisStorage(Storage):
         namespace: str | None = None,
         cluster: bool | None = None,
         timeout: float | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
         max_document_bytes: int | None = None,
         write_group: WriteGroup | None = None,
-        **client_options: Any,
+        client_options: Mapping[str, Any] | None = None,
     ) -> RedisStorage:
         """Open `redis://[user:pass@]host:port/db` or `rediss://...` (TLS).
 
-        Query parameters `namespace`, `cluster` (true/false) and `timeout` (seconds) are ours;
-        keyword arguments override them. Other query parameters and `client_options` go to
-        redis-py. Nothing connects until the first call.
+        Query options: ours (`namespace`, `cluster`, `timeout`, `pool_size`, `pool_timeout`;
+        a keyword argument wins over the query) and the few redis-py options docs/redis.md
+        lists; anything else raises `StorageConfigError` before a client exists.
+        `client_options` are redis-py keyword arguments a URL cannot carry (e.g.
+        `connection_class`, `ssl_ca_data`); a name redis-py does not take is refused here too.
+        Nothing connects until the first call.
         """
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise StorageConfigError(f"not a redis:// or rediss:// URL: {url!r}")
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {name: value for name, value in query if name in ("namespace", "cluster", "timeout")}
-        passed = [(name, value) for name, value in query if name not in ours]
-        namespace = namespace if namespace is not None else ours.get("namespace")
+        query = _query(parts.query, tls=parts.scheme == "rediss")
+        ours = {name: query.pop(name) for name in _OURS if name in query}
         cluster = cluster if cluster is not None else _flag(ours.get("cluster", "false"))
-        seconds = timeout if timeout is not None else _seconds(ours.get("timeout"))
+        database = _database(parts.path, cluster)
+        seconds = _seconds("timeout", timeout if timeout is not None else ours.get("timeout"))
+        size = _count("pool_size", pool_size if pool_size is not None else ours.get("pool_size"))
+        waited = pool_timeout if pool_timeout is not None else ours.get("pool_timeout")
+        wait = _seconds("pool_timeout", waited if waited is not None else seconds)
         options: dict[str, Any] = {
             "socket_timeout": seconds,
             "socket_connect_timeout": seconds,
             "retry": Retry(NoBackoff(), 0),  # a resent script could apply a write twice
-            **client_options,
+            "max_connections": size,
         }
-        factory = RedisCluster if cluster else Redis
-        client_url = urlunsplit(parts._replace(query=urlencode(passed)))
+        taken = sorted(set(client_options or ()) & {*options, "timeout", "db"})
+        if taken:
+            raise StorageConfigError(
+                f"client_options {taken} are set from the URL and the options timeout, "
+                "pool_size and pool_timeout; give them there"
+            )
+        options.update(client_options or {})
+        client_url = urlunsplit(parts._replace(path=f"/{database}", query=urlencode(query)))
+        client: RedisClient
         try:
-            client = factory.from_url(client_url, **options)
+            if cluster:
+                client = RedisCluster.from_url(client_url, **options)
+            else:  # waits up to `wait` seconds for a free connection, then raises
+                pool = BlockingConnectionPool.from_url(client_url, timeout=wait, **options)
+                pool.connection_class(**pool.connection_kwargs)  # no I/O: bad options fail now
+                client = Redis.from_pool(pool)
         except (ValueError, TypeError, RedisError, RedisClusterException) as exc:
             raise StorageConfigError(f"cannot configure Redis from {url!r}: {exc}") from exc
         return cls(
             client,
-            namespace=namespace,
+            namespace=namespace if namespace is not None else ours.get("namespace"),
             max_document_bytes=max_document_bytes,
             write_group=write_group,
             owns_client=True,
+            pool_timeout=wait,
         )
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         groups = self._groups(keys)
-        replies = await self._send([("MGET", *_redis_keys(group)) for group in groups], "read")
+        replies = await self._run(READ, [(_redis_keys(group), []) for group in groups], "read")
+        _raise_first_error(replies, "read")
         found = {}
         for group, values in zip(groups, replies, strict=True):
-            if isinstance(values, Exception):
-                raise StorageUnavailableError(f"Redis read failed: {values}") from values
             for (key, _), value in zip(group, values, strict=True):
                 if value is None:
                     continue
+                if isinstance(value, list):
+                    raise _wrong_type(key, value)
                 stored = split_stored(value)
                 if stored is None:
                     raise FormatError(key, "is not a Redis value written by agent-state")
@@ -152,7 +193,8 @@ class RedisStorage(Storage):
                 write = by_key[key]
                 args += ["" if write.expected is None else write.expected, wrap(key, write.data)]
             calls.append((_redis_keys(group), args))
-        replies = await self._run(WRITE, calls)
+        replies = await self._run(WRITE, calls, "write")
+        wrong: FormatError | None = None
         for group, reply in zip(groups, replies, strict=True):
             if isinstance(reply, Exception):
                 continue
@@ -161,14 +203,18 @@ class RedisStorage(Storage):
                     outcomes[key] = _text(outcome)
                 elif outcome == 0:
                     outcomes[key] = CONFLICT
+                elif isinstance(outcome, list) and wrong is None:
+                    wrong = _wrong_type(key, outcome)
         _raise_first_error(replies, "write")  # after recording what the other slots wrote
+        if wrong is not None:
+            raise wrong
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         groups = self._groups(keys)
         calls = [
             (_redis_keys(group), [if_match.get(key, ANY) for key, _ in group]) for group in groups
         ]
-        replies = await self._run(DELETE, calls)
+        replies = await self._run(DELETE, calls, "delete")
         _raise_first_error(replies, "delete")
         for group, reply in zip(groups, replies, strict=True):
             for position in reply:
@@ -177,10 +223,16 @@ class RedisStorage(Storage):
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         seen: set[str] = set()  # SCAN may return a key twice
         with _unavailable("list"):
-            await self._initialized()
-            async for redis_key in self.client.scan_iter(
-                match=self.layout.scan_pattern(prefix), count=_SCAN_COUNT
-            ):
+            async with self._connection():
+                await self._initialized()
+            redis_keys = aiter(
+                self.client.scan_iter(match=self.layout.scan_pattern(prefix), count=_SCAN_COUNT)
+            )
+            while True:
+                async with self._connection():  # per step: a caller may await us in between
+                    redis_key = await anext(redis_keys, None)
+                if redis_key is None:
+                    return
                 key = self.layout.storage_key(redis_key)
                 if key is not None and key.startswith(prefix) and key not in seen:
                     seen.add(key)
@@ -201,12 +253,13 @@ class RedisStorage(Storage):
             by_slot[key_slot(pair[1].encode())].append(pair)
         return list(by_slot.values())
 
-    async def _run(self, script: LuaScript, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    async def _run(
+        self, script: LuaScript, calls: list[tuple[list[str], list[Any]]], action: str
+    ) -> list[Any]:
         """Run `script` once per (keys, args) in one round trip; load it where it is missing.
 
         Error replies come back in the list, for the caller to raise after the rest.
         """
-        action = "write" if script is WRITE else "delete"
         replies = await self._send(
             [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls], action
         )
@@ -238,16 +291,38 @@ class RedisStorage(Storage):
         Error replies come back in the list; connection failures raise.
         """
         with _unavailable(action):
-            await self._initialized()
-            if len(commands) == 1:
-                try:
-                    return [await self.client.execute_command(*commands[0])]
-                except ResponseError as exc:
-                    return [exc]
-            pipe = self.client.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)  # the cluster pipeline blocks its evalsha helper
-            return await pipe.execute(raise_on_error=False)
+            async with self._connection():
+                await self._initialized()
+                if len(commands) == 1:
+                    try:
+                        return [await self.client.execute_command(*commands[0])]
+                    except ResponseError as exc:
+                        return [exc]
+                pipe = self.client.pipeline(transaction=False)
+                for command in commands:
+                    pipe.execute_command(*command)  # the cluster pipeline blocks its evalsha
+                return await pipe.execute(raise_on_error=False)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[None]:
+        """On a cluster, hold one of `max_connections` slots (a call takes one connection per
+        node), waiting at most `pool_timeout`; a standalone pool does its own waiting."""
+        if self._slots is None:
+            yield
+            return
+        try:
+            if self._slots.locked():
+                await asyncio.wait_for(self._slots.acquire(), self._pool_timeout)
+            else:
+                await self._slots.acquire()  # free: returns without suspending
+        except asyncio.TimeoutError:
+            raise StorageUnavailableError(
+                f"no Redis connection became free within pool_timeout={self._pool_timeout:g}s"
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
 
 
 def _unavailable(action: str) -> contextlib.AbstractContextManager[None]:
@@ -269,6 +344,42 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _wrong_type(key: str, reply: list[Any]) -> FormatError:
+    kind = _text(reply[0]) if reply else "unknown"
+    return FormatError(key, f"holds a Redis {kind}, not a string written by agent-state")
+
+
+def _query(text: str, *, tls: bool) -> dict[str, str]:
+    """The URL's query options, each named once and known; TLS options only on rediss://."""
+    known = _OURS + _REDIS_PY + (_TLS if tls else ())
+    options: dict[str, str] = {}
+    for name, value in parse_qsl(text, keep_blank_values=True):
+        if name in _TLS and not tls:
+            raise StorageConfigError(f"Redis option {name!r} needs a rediss:// (TLS) URL")
+        if name not in known:
+            raise StorageConfigError(
+                f"unknown Redis URL option {name!r}; known: {', '.join(sorted(known))}"
+            )
+        if name in options:
+            raise StorageConfigError(f"Redis URL option {name!r} is given twice")
+        if name in _CHOICES and value.lower() not in _CHOICES[name]:
+            choices = " or ".join(_CHOICES[name])
+            raise StorageConfigError(f"Redis option {name} must be {choices}, got {value!r}")
+        options[name] = value
+    return options
+
+
+def _database(path: str, cluster: bool) -> int:
+    """The database number in the URL's path (0 if none); a cluster has only database 0."""
+    match = _DATABASE.fullmatch(path)
+    if match is None:
+        raise StorageConfigError(f"Redis database must be a number, got {path.lstrip('/')!r}")
+    database = int(match.group(1) or 0)
+    if cluster and database != 0:
+        raise StorageConfigError(f"a Redis cluster has only database 0, got {database}")
+    return database
+
+
 def _flag(value: str) -> bool:
     if value.lower() in _TRUE:
         return True
@@ -277,13 +388,25 @@ def _flag(value: str) -> bool:
     raise StorageConfigError(f"cluster must be true or false, got {value!r}")
 
 
-def _seconds(value: str | None) -> float:
+def _seconds(name: str, value: str | float | None) -> float:
     if value is None:
         return DEFAULT_TIMEOUT
     try:
         seconds = float(value)
-    except ValueError:
+    except (TypeError, ValueError):
         seconds = -1.0
     if not 0 < seconds < float("inf"):
-        raise StorageConfigError(f"timeout must be a positive number of seconds, got {value!r}")
+        raise StorageConfigError(f"{name} must be a positive number of seconds, got {value!r}")
     return seconds
+
+
+def _count(name: str, value: str | int | None) -> int:
+    if value is None:
+        return DEFAULT_POOL_SIZE
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or isinstance(value, (bool, float)):
+        raise StorageConfigError(f"{name} must be a positive whole number, got {value!r}")
+    return count

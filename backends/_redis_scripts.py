@@ -1,10 +1,12 @@
 """The stored value format and the Lua scripts that check versions, then write or delete.
 
-A document is one Redis string, `<version> <envelope>`: reads are a plain `MGET`, and a script
-reads a version with `GETRANGE` without copying the document. A version is
-`max(previous + 1, server time in microseconds)`, so it grows with every write and a key that is
-deleted and created again never gets an old version back (see docs/redis.md). The script counts
-in decimal text, since Lua's numbers (doubles) would round versions above 2**53.
+A document is one Redis string, `<version> <envelope>`. The read script is one `MGET`, plus a
+`TYPE` for each key it found no string at (a missing key, or a hash, list, ... that `MGET`
+reports as missing too); the write script reads a version with `GETRANGE` without copying the
+document. A version is `max(previous + 1, server time in microseconds)`, so it grows with every
+write and a key that is deleted and created again never gets an old version back (see
+docs/redis.md). The script counts in decimal text, since Lua's numbers (doubles) would round
+versions above 2**53.
 """
 
 from __future__ import annotations
@@ -39,12 +41,34 @@ class LuaScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
+READ = LuaScript(
+    """#!lua flags=no-writes
+-- KEYS: the Redis keys of one slot group. Reply per key: its value, nil if there is no key,
+-- or {type} for a key of another type (MGET reports those as nil too).
+local reply = {}
+for first = 1, #KEYS, 1000 do -- unpack takes a bounded number of values
+  local values = redis.call('MGET', unpack(KEYS, first, math.min(first + 999, #KEYS)))
+  for offset, value in ipairs(values) do
+    local i = first + offset - 1
+    reply[i] = value
+    if not value then
+      local kind = redis.call('TYPE', KEYS[i])['ok']
+      if kind ~= 'none' then reply[i] = {kind} end
+    end
+  end
+end
+return reply
+"""
+)
+"""Read of one slot group in one call; a wrong-type key costs a `TYPE` only where MGET saw nil."""
+
 WRITE = LuaScript(
     """#!lua
 -- KEYS: the Redis keys of one slot group. ARGV[1]: '1' all or nothing, '0' per key;
 -- ARGV[2]: TTL in ms ('0' = none); then per key its precondition ('*' = always,
 -- '' = must not exist, else the version it must have) and its envelope.
--- Reply per key: the new version, 0 = precondition failed, 1 = held but not written.
+-- Reply per key: the new version, 0 = precondition failed, 1 = held but not written,
+-- {type} = the key holds another Redis type (nothing is written over it).
 local atomic = ARGV[1] == '1'
 local ttl = ARGV[2]
 local clock = redis.call('TIME')
@@ -62,27 +86,32 @@ local reply, failed = {}, false
 for i, key in ipairs(KEYS) do
   local expected = ARGV[2 * i + 1]
   local head = redis.pcall('GETRANGE', key, 0, 20)
-  local version = type(head) == 'string' and string.match(head, '^(%d+) ') or nil
-  local exists = version ~= nil or head ~= '' or redis.call('EXISTS', key) == 1
-  local holds
-  if expected == '*' then holds = true
-  elseif expected == '' then holds = not exists
-  else holds = version == expected end
-  if holds then
-    reply[i] = version and after(version) or now
-  else
-    reply[i] = 0
+  if type(head) ~= 'string' then -- WRONGTYPE: a hash, list, ... is never replaced
+    reply[i] = {redis.call('TYPE', key)['ok']}
     failed = true
+  else
+    local version = string.match(head, '^(%d+) ')
+    local exists = version ~= nil or head ~= '' or redis.call('EXISTS', key) == 1
+    local holds
+    if expected == '*' then holds = true
+    elseif expected == '' then holds = not exists
+    else holds = version == expected end
+    if holds then
+      reply[i] = version and after(version) or now
+    else
+      reply[i] = 0
+      failed = true
+    end
   end
 end
 if atomic and failed then
   for i = 1, #KEYS do
-    if reply[i] ~= 0 then reply[i] = 1 end
+    if type(reply[i]) == 'string' then reply[i] = 1 end
   end
   return reply
 end
 for i, key in ipairs(KEYS) do
-  if reply[i] ~= 0 then
+  if type(reply[i]) == 'string' then
     local value = reply[i] .. ' ' .. ARGV[2 * i + 2]
     if ttl ~= '0' then
       redis.call('SET', key, value, 'PX', ttl)

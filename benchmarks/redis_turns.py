@@ -146,7 +146,9 @@ async def measure(row: Row, turns: int) -> tuple[float, float]:
 async def run(url: str, turns: int, rounds: int) -> bool:
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     raw = Redis.from_url(url, connection_class=CountingConnection)
-    storage = RedisStorage.from_url(url, namespace=namespace, connection_class=CountingConnection)
+    storage = RedisStorage.from_url(
+        url, namespace=namespace, client_options={"connection_class": CountingConnection}
+    )
     store_changed, store_unchanged = storage_turns(storage)
     app_changed, app_unchanged = app_turns(storage)
     rows = [

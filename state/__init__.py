@@ -5,7 +5,7 @@ Every public name of the core has this one import path; storage backends are in
 `agent_state.agui`.
 """
 
-from ._activity import Activity, ChannelAccount, ConversationAccount
+from ._activity import Activity, ActivityError, ChannelAccount, ConversationAccount
 from ._app import AgentApplication
 from ._background import (
     edit_state,
@@ -47,6 +47,7 @@ from ._turn_state import TurnState
 
 __all__ = [
     "Activity",
+    "ActivityError",
     "AgentApplication",
     "AgentState",
     "AppState",

@@ -2,7 +2,7 @@
 
 `Activity` reads the wire JSON (`channelId`, `from`, ...) and snake_case Python alike, keeps
 every field it does not model, and `Activity.of` accepts the Microsoft 365 Agents SDK's
-activities as they are.
+activities as they are. A malformed one raises `ActivityError` naming the field.
 """
 
 from __future__ import annotations
@@ -10,10 +10,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from ._errors import StateError
+
 _WIRE = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class ActivityError(StateError, ValueError):
+    """An incoming activity is malformed: `field` is the first bad field's wire path
+    (`"conversation.id"`, `"from"`), `reason` what is wrong with it."""
+
+    def __init__(self, field: str, reason: str, others: int = 0) -> None:
+        self.field = field
+        self.reason = reason
+        more = f" (and {others} more invalid field{'s' if others > 1 else ''})" if others else ""
+        super().__init__(f"activity field {field!r} is invalid: {reason}{more}")
 
 
 class ChannelAccount(BaseModel):
@@ -60,7 +73,11 @@ class Activity(BaseModel):
 
     @classmethod
     def of(cls, activity: Activity | Mapping[str, Any] | BaseModel) -> Activity:
-        """Return `activity` as an `Activity`: a wire dict or another SDK's pydantic activity."""
+        """Return `activity` as an `Activity`: a wire dict or another SDK's pydantic activity.
+
+        Raises `ActivityError` for a field of the wrong shape (an id that is not a str, a
+        `from` that is not an object, ...), `TypeError` for something that is no activity.
+        """
         if isinstance(activity, cls):
             return activity
         if isinstance(activity, BaseModel):
@@ -70,7 +87,12 @@ class Activity(BaseModel):
                 f"expected an Activity, a wire dict or a pydantic activity, not "
                 f"{type(activity).__name__}"
             )
-        return cls.model_validate(activity)
+        try:
+            return cls.model_validate(activity)
+        except ValidationError as exc:
+            first, *others = exc.errors(include_url=False)
+            field = ".".join(str(part) for part in first["loc"]) or "(activity)"
+            raise ActivityError(field, first["msg"], len(others)) from exc
 
     def reply(self, text: str | None = None) -> Activity:
         """A message back to the sender, on the same channel and conversation."""

@@ -20,7 +20,15 @@ from ._context import TurnContext
 from ._ids import TurnIds
 from ._lifecycle import open_turn
 from ._plan import Scopes
-from ._routing import Handler, Route, Selector, first_match, text_selector, type_selector
+from ._routing import (
+    Handler,
+    Route,
+    Selector,
+    first_match,
+    require_async,
+    text_selector,
+    type_selector,
+)
 from ._turn_state import TurnState
 from .backends import Storage
 
@@ -82,24 +90,25 @@ class AgentApplication:
 
     def before_turn(self, hook: _Hook) -> _Hook:
         """Run `hook(ctx, state)` before routing; returning `False` ends the turn there."""
-        self._before.append(hook)
+        self._before.append(require_async(hook, "before_turn hook"))
         return hook
 
     def after_turn(self, hook: _Hook) -> _Hook:
         """Run `hook(ctx, state)` after the handler, before saving; `False` stops later hooks."""
-        self._after.append(hook)
+        self._after.append(require_async(hook, "after_turn hook"))
         return hook
 
     def error(self, handler: _Err) -> _Err:
         """Set the one error handler, `async def on_error(ctx, error)`."""
         if self._on_error is not None:
             raise ValueError("this application already has an error handler")
-        self._on_error = handler
+        self._on_error = require_async(handler, "error handler")
         return handler
 
     async def process(self, activity: Activity | Mapping[str, Any] | BaseModel) -> list[Activity]:
         """Run one turn for `activity` (ours, a wire dict or an Agents SDK activity) and
-        return the replies it sent."""
+        return the replies it sent. A malformed activity raises `ActivityError` naming the
+        field, before anything is read."""
         activity = Activity.of(activity)
         sender, conversation = activity.from_property, activity.conversation
         ids = TurnIds(
@@ -131,7 +140,7 @@ class AgentApplication:
 
     def _route(self, selector: Selector) -> Callable[[_H], _H]:
         def register(handler: _H) -> _H:
-            self._routes.append(Route(selector, handler))
+            self._routes.append(Route(selector, require_async(handler, "route handler")))
             return handler
 
         return register

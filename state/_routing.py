@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ._context import TurnContext
 
@@ -18,6 +19,24 @@ Handler = Callable[[TurnContext, "TurnState"], Awaitable[None]]
 
 Selector = Callable[[TurnContext], bool | Awaitable[bool]]
 """A sync or async predicate over the turn's context."""
+
+_F = TypeVar("_F")
+
+
+def require_async(function: _F, role: str) -> _F:
+    """Return `function` if calling it gives a coroutine: an `async def` function or method,
+    a `functools.partial` of one, or an object whose `__call__` is one.
+
+    A plain function would fail only when a turn awaits its result, so it is refused here,
+    when it is registered, with a `TypeError` naming it and its role.
+    """
+    target: object = function
+    while isinstance(target, functools.partial):
+        target = target.func
+    call = getattr(target, "__call__", None)  # noqa: B004 - the method itself is checked
+    if inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(call):
+        return function
+    raise TypeError(f"the {role} {function!r} must be an async function (async def)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PUBLIC_MODULES = {
     "agent_state": [
-        "Activity", "AgentApplication", "AgentState", "AppState", "ChannelAccount",
+        "Activity", "ActivityError", "AgentApplication", "AgentState", "AppState", "ChannelAccount",
         "ConversationAccount", "ConversationState", "MissingIdError", "ParsedKey", "ScopeError",
         "Scopes", "SessionState", "StateClosedError", "StateConflictError", "StateError",
         "StatePathError", "StateValidationError", "StateValueError", "TempState", "TurnContext",

@@ -8,8 +8,11 @@ from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 from pydantic import ValidationError
 
-from agent_state._activity import Activity
+from agent_state._activity import Activity, ActivityError
+from agent_state._app import AgentApplication
 from agent_state._context import TurnContext
+from agent_state._errors import StateError
+from agent_state.backends import MemoryStorage
 
 WIRE = {
     "type": "message",
@@ -138,3 +141,56 @@ async def test_send_collects_replies_in_order_and_fills_routing():
 async def test_text_is_empty_without_text():
     ctx = TurnContext(Activity(type="event"), state=object())  # type: ignore[arg-type]
     assert ctx.text == ""
+
+
+class RecordingStorage(MemoryStorage):
+    """MemoryStorage that records every call that could reach a store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def read(self, keys):
+        self.calls.append("read")
+        return await super().read(keys)
+
+    async def write(self, changes, *, ttl=None):
+        self.calls.append("write")
+        return await super().write(changes, ttl=ttl)
+
+
+GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation": {"id": "k"}}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"conversation": {"id": 42}}, "conversation.id"),
+        ({"from": "ada"}, "from"),
+        ({"from": {"id": ["u"]}}, "from.id"),
+        ({"type": 7}, "type"),
+        ({"text": {"rich": True}}, "text"),
+        ({"channelId": 3}, "channelId"),
+    ],
+)
+async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(change, field):
+    storage = RecordingStorage()
+    app = AgentApplication(storage, app_name="bot")
+    handled = []
+
+    @app.message()
+    async def handler(ctx, state):
+        handled.append(ctx.text)
+
+    with pytest.raises(ActivityError) as info:
+        await app.process({**GOOD, **change})
+    assert isinstance(info.value, ValueError) and isinstance(info.value, StateError)
+    assert info.value.field == field and repr(field) in str(info.value)
+    assert storage.calls == [] and handled == []
+    await app.process({**GOOD, "text": "fine"})
+    assert storage.calls == ["read"] and handled == ["fine"]
+
+
+def test_every_bad_field_is_counted_and_the_first_named():
+    with pytest.raises(ActivityError, match=r"'type' is invalid: .*\(and 1 more invalid field\)"):
+        Activity.of({"type": None, "text": 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 
 import pytest
@@ -585,3 +586,63 @@ async def test_concurrent_turns_share_no_state(storage):
         else:
             assert parsed.scope == "session"
             assert value == {"session": {"user": parsed.user, "conversation": parsed.conversation}}
+
+
+# --- registration checks ---------------------------------------------------------------------
+
+
+def plain(ctx, state):
+    return None
+
+
+class AsyncCallable:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def __call__(self, ctx, state):
+        await ctx.send(self.text)
+
+
+class PlainCallable:
+    def __call__(self, ctx, state):
+        return None
+
+
+def registrations(app: AgentApplication):
+    return {
+        "route handler": app.message(),
+        "before_turn hook": app.before_turn,
+        "after_turn hook": app.after_turn,
+        "error handler": app.error,
+    }
+
+
+@pytest.mark.parametrize(
+    "function",
+    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],
+    ids=["function", "lambda", "callable-object", "partial"],
+)
+@pytest.mark.parametrize(
+    "role", ["route handler", "before_turn hook", "after_turn hook", "error handler"]
+)
+def test_a_plain_function_is_refused_at_registration_naming_it(app, role, function):
+    with pytest.raises(TypeError, match=f"the {role} .* must be an async function") as info:
+        registrations(app)[role](function)
+    assert repr(function) in str(info.value)
+    assert app._routes == [] and app._before == app._after == [] and app._on_error is None
+
+
+async def test_async_callables_partials_and_methods_are_accepted(app, storage):
+    class Bot:
+        async def on_message(self, ctx, state):
+            await ctx.send("method")
+
+    async def greet(greeting, ctx, state):
+        await ctx.send(greeting)
+
+    app.message("callable")(AsyncCallable("callable"))
+    app.message("partial")(functools.partial(greet, "partial"))
+    app.message("method")(Bot().on_message)
+    app.before_turn(functools.partial(AsyncCallable("hook")))
+    for text in ("callable", "partial", "method"):
+        assert texts(await app.process(msg(text))) == ["hook", text]

@@ -21,13 +21,15 @@ from pathlib import Path
 import orjson
 import pytest
 from redis import Redis as SyncRedis
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from agent_state import open_storage, write_group
-from agent_state._keys import conversation_key, session_key, user_key
+from agent_state._activity import Activity
+from agent_state._app import AgentApplication
+from agent_state._keys import app_key, conversation_key, session_key, user_key
 from agent_state.backends import (
     ConflictError,
     FormatError,
@@ -112,6 +114,10 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {node: after[node] - before[node] for node in after if after[node] != before[node]}
 
 
+def msg(*, user: str, conversation: str) -> Activity:
+    return Activity(channel_id="test", from_={"id": user}, conversation={"id": conversation})
+
+
 def slot_of(storage: RedisStorage, key: str) -> int:
     return key_slot(storage.layout.redis_key(key).encode())
 
@@ -163,7 +169,8 @@ async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(cluster
     nodes = {cluster.client.get_node_from_key(cluster.layout.redis_key(key)).name for key in keys}
     assert len(nodes) == 3 and len(slots) == 41  # 40 users + one group for the conversation
     changes = {key: StoreItem({"key": key}, "*") for key in keys}
-    await cluster.write(changes)  # warm: every node has a connection and the script
+    await cluster.write(changes)  # warm: every node has a connection and the scripts
+    await cluster.read(keys)
     before, round_trips.count = await command_calls(cluster, "evalsha"), 0
     etags = await cluster.write(changes)
     assert round_trips.count == len(nodes)
@@ -226,20 +233,83 @@ async def test_refused_script_leaves_every_document_whole(private_server):
     await storage.close()
 
 
-async def test_foreign_values_are_never_taken_for_documents(standalone):
-    """A value agent-state did not write is an unknown format; only `"*"` replaces it."""
-    text_key, hash_key = "c/users/text", "c/users/hash"
-    await standalone.client.set(standalone.layout.redis_key(text_key), b"someone else's text")
-    await standalone.client.hset(standalone.layout.redis_key(hash_key), "f", "v")
+async def test_foreign_strings_are_never_taken_for_documents(standalone):
+    """A string agent-state did not write is an unknown format; only `"*"` replaces it."""
+    key = "c/users/text"
+    await standalone.client.set(standalone.layout.redis_key(key), b"someone else's text")
     with pytest.raises(FormatError):
-        await standalone.read([text_key])
-    for key in (text_key, hash_key):
-        with pytest.raises(ConflictError):
-            await standalone.write({key: StoreItem({"v": 1}, None)})
-        with pytest.raises(ConflictError):
-            await standalone.delete([key], if_match={key: "1"})
-        etag = (await standalone.write({key: StoreItem({"v": 1}, "*")}))[key]
-        assert (await standalone.read([key]))[key] == StoreItem({"v": 1}, etag)
+        await standalone.read([key])
+    with pytest.raises(ConflictError):
+        await standalone.write({key: StoreItem({"v": 1}, None)})
+    with pytest.raises(ConflictError):
+        await standalone.delete([key], if_match={key: "1"})
+    etag = (await standalone.write({key: StoreItem({"v": 1}, "*")}))[key]
+    assert (await standalone.read([key]))[key] == StoreItem({"v": 1}, etag)
+
+
+async def plant_other_types(storage: RedisStorage) -> dict[str, str]:
+    """A hash, a list and a set at storage keys, as another application might leave them."""
+    planted = {"c/users/hash": "hash", "c/users/list": "list", "c/users/set": "set"}
+    redis_key = storage.layout.redis_key
+    await storage.client.hset(redis_key("c/users/hash"), "f", "v")
+    await storage.client.rpush(redis_key("c/users/list"), "item")
+    await storage.client.sadd(redis_key("c/users/set"), "member")
+    return planted
+
+
+@pytest.mark.parametrize("expected", [None, "*", "1"], ids=["create", "always", "version"])
+async def test_keys_of_another_type_are_a_format_error_on_read_and_write(either, expected):
+    """MGET reports a hash or list as missing: the read script tells them apart by TYPE."""
+    planted = await plant_other_types(either)
+    good = "c/users/good"
+    etag = (await either.write({good: StoreItem({"v": 1})}))[good]
+    for key, kind in planted.items():
+        with pytest.raises(FormatError, match=f"holds a Redis {kind}") as info:
+            await either.read([good, key, "c/users/missing"])
+        assert info.value.key == key
+        with pytest.raises(FormatError, match=f"holds a Redis {kind}"):
+            await either.write({key: StoreItem({"v": 2}, expected)})
+        assert await either.client.type(either.layout.redis_key(key)) == kind.encode()
+    assert (await either.read([good]))[good] == StoreItem({"v": 1}, etag)
+
+
+async def test_a_batch_with_a_key_of_another_type_writes_nothing_on_a_server(standalone):
+    await plant_other_types(standalone)
+    with pytest.raises(FormatError) as info:
+        await standalone.write({"c/users/new": StoreItem({}), "c/users/hash": StoreItem({}, "*")})
+    assert info.value.written == {}
+    assert await standalone.read(["c/users/new"]) == {}
+
+
+async def test_on_a_cluster_the_other_keys_of_the_batch_are_written_and_reported(cluster):
+    await plant_other_types(cluster)
+    others = [f"c/users/u{i}" for i in range(10)]  # spread over the nodes
+    with pytest.raises(FormatError) as info:
+        await cluster.write({"c/users/list": StoreItem({}), **{k: StoreItem({}) for k in others}})
+    stored = await cluster.read(others)
+    assert info.value.written == {key: item.etag for key, item in stored.items()}
+    assert sorted(stored) == sorted(others)
+
+
+async def test_a_key_of_another_type_is_removed_only_by_an_unconditional_delete(either):
+    await plant_other_types(either)
+    with pytest.raises(ConflictError):
+        await either.delete(["c/users/hash"], if_match={"c/users/hash": "1"})
+    await either.delete(["c/users/hash"])
+    assert await either.read(["c/users/hash"]) == {}
+
+
+async def test_a_read_of_missing_keys_stays_one_round_trip_per_node(either, round_trips):
+    """The wrong-type check runs inside the read script: no extra round trip, found or not."""
+    keys = [user_key("web", "u1"), conversation_key("web", "c1"), session_key("web", "c1", "u1")]
+    keys.append(app_key("bot"))
+    await either.write({keys[0]: StoreItem({"n": 1})})
+    await either.read(keys)  # warm: connections and the read script
+    round_trips.count = 0
+    assert list(await either.read(keys)) == keys[:1]
+    node_of = either.client.get_node_from_key if either.cluster else None
+    nodes = {node_of(either.layout.redis_key(key)).name for key in keys} if node_of else {1}
+    assert round_trips.count == len(nodes)
 
 
 async def flush_scripts(storage: RedisStorage) -> None:
@@ -575,11 +645,79 @@ async def test_rediss_urls_configure_tls():
         "redis://h/0?namespace={x}",
         "redis://h/0?namespace=",
         "http://h/0",
+        "redis://h/abc",
+        "redis://h/0/1",
+        "redis://h/-1",
+        "redis://h/1?cluster=true",
+        "redis://h/abc?cluster=true",
+        "redis://h/0?db=3",
+        "redis://h/0?socket_timeout=1",
+        "redis://h/0?pool_size=0",
+        "redis://h/0?pool_size=2.5",
+        "redis://h/0?pool_timeout=-1",
+        "redis://h/0?protocol=5",
+        "redis://h/0?timeout=1&timeout=2",
+        "redis://h/0?ssl_cert_reqs=none",
+        "rediss://h/0?ssl_cert_reqs=nope",
+        "rediss://h/0?health_check_interval=soon",
     ],
 )
 def test_bad_redis_options_are_refused(url):
     with pytest.raises(StorageConfigError):
         RedisStorage.from_url(url)
+
+
+def test_an_unknown_option_is_refused_by_name_with_the_known_ones():
+    with pytest.raises(StorageConfigError, match="'namspace'") as info:
+        open_storage("redis://h/0?namspace=bot")
+    assert "known: client_name, cluster, health_check_interval, namespace," in str(info.value)
+    assert "ssl_" not in str(info.value), "TLS options are listed for rediss:// only"
+    with pytest.raises(StorageConfigError, match="'ssl_certfile' needs a rediss://"):
+        open_storage("redis://h/0?ssl_certfile=/tmp/c.pem")
+    with pytest.raises(StorageConfigError, match="database must be a number, got 'abc'"):
+        open_storage("redis://h/abc")
+    with pytest.raises(StorageConfigError, match="only database 0, got 2"):
+        open_storage("redis://h/2", cluster=True)
+
+
+@pytest.mark.parametrize("options", [{"pool_size": 0}, {"pool_timeout": 0}, {"timeout": "x"}])
+def test_bad_keyword_options_are_refused(options):
+    with pytest.raises(StorageConfigError):
+        RedisStorage.from_url("redis://h/0", **options)
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster):
+    url = f"redis://h:1/0?cluster={str(cluster).lower()}"
+    storage = RedisStorage.from_url(url, client_options={"socket_keepalive": False})
+    client = storage.client
+    kwargs = (client.nodes_manager if cluster else client.connection_pool).connection_kwargs
+    assert kwargs["socket_keepalive"] is False
+    with pytest.raises(StorageConfigError, match="nonsense"):
+        RedisStorage.from_url(url, client_options={"nonsense": 1})
+    with pytest.raises(StorageConfigError, match="max_connections"):
+        RedisStorage.from_url(url, client_options={"max_connections": 9})
+
+
+async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes():
+    storage = open_storage("redis://h:1/2?pool_size=7&pool_timeout=1.5&client_name=bot")
+    pool = storage.client.connection_pool
+    assert isinstance(pool, BlockingConnectionPool)
+    assert (pool.max_connections, pool.timeout) == (7, 1.5)
+    assert (pool.connection_kwargs["db"], pool.connection_kwargs["client_name"]) == (2, "bot")
+    await storage.close()
+    default = open_storage("redis://h:1/0?timeout=3")
+    assert (
+        default.client.connection_pool.max_connections,
+        default.client.connection_pool.timeout,
+    ) == (
+        50,
+        3.0,
+    ), "pool_timeout defaults to timeout"
+    await default.close()
+    cluster = open_storage("redis://h:1/0?cluster=true&pool_size=4")
+    assert cluster.client.nodes_manager.connection_kwargs["max_connections"] == 4
+    await cluster.close()
 
 
 async def test_a_given_client_is_left_open(standalone):
@@ -589,3 +727,92 @@ async def test_a_given_client_is_left_open(standalone):
     await storage.close()
     assert await client.ping()
     await client.aclose()
+
+
+# --- connection pool ------------------------------------------------------------------------
+
+
+def pooled_url(cluster: bool, **query: object) -> str:
+    """The test server's URL with extra query options (the namespace is fresh)."""
+    variable = CLUSTER_URL if cluster else STANDALONE_URL
+    url = os.environ.get(variable)
+    if not url:
+        server_missing(f"Redis{' cluster' if cluster else ''} (${variable} is not set)")
+    options = {"namespace": uuid.uuid4().hex, "cluster": str(cluster).lower(), **query}
+    return f"{url}{'&' if '?' in url else '?'}" + "&".join(f"{k}={v}" for k, v in options.items())
+
+
+async def connections_named(storage: RedisStorage, name: str) -> int:
+    """How many connections on the server (all primaries) carry this client name."""
+    nodes = storage.client.get_primaries() if storage.cluster else [None]
+    total = 0
+    for node in nodes:
+        target = {"target_nodes": node} if node is not None else {}
+        clients = await storage.client.client_list(**target)
+        total += sum(1 for client in clients if client.get("name") == name)
+    return total
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
+async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster):
+    """150 concurrent turns on 5 connections (per node): all succeed, none opens a sixth."""
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    storage = open_storage(pooled_url(cluster, pool_size=5, client_name=name))
+    app = AgentApplication(storage, app_name="bot")
+
+    @app.message()
+    async def count(ctx, state):
+        state["user:turns"] = state.get("user.turns", 0) + 1
+        await ctx.send(str(state["user:turns"]))
+
+    try:
+        for expected in ("1", "2"):  # the second round reads what the first wrote
+            replies = await asyncio.gather(
+                *(app.process(msg(user=f"user-{i}", conversation=f"c{i}")) for i in range(150))
+            )
+            assert [[reply.text for reply in turn] for turn in replies] == [[expected]] * 150
+        nodes = len(storage.client.get_primaries()) if cluster else 1
+        discovery = 1 if cluster else 0  # a cluster client finds its nodes on its own connection
+        assert 0 < await connections_named(storage, name) <= 5 * nodes + discovery
+    finally:
+        await remove_namespace(storage)
+        await storage.close()
+
+
+async def test_a_pool_busy_beyond_pool_timeout_is_unavailable():
+    storage = open_storage(pooled_url(False, pool_size=1, pool_timeout=0.2))
+    held = await storage.client.connection_pool.get_connection()
+    try:
+        start = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match="No connection available"):
+            await storage.read(["c/users/a"])
+        assert 0.2 <= time.monotonic() - start < 2
+    finally:
+        await storage.client.connection_pool.release(held)
+    assert await storage.read(["c/users/a"]) == {}
+    await storage.close()
+
+
+async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(monkeypatch):
+    storage = open_storage(pooled_url(True, pool_size=1, pool_timeout=0.2))
+    await storage.read(["c/users/a"])  # discover the nodes
+    entered, release = asyncio.Event(), asyncio.Event()
+    send = storage.client.execute_command
+
+    async def held(*args, **kwargs):  # the first call keeps its connection until released
+        entered.set()
+        await release.wait()
+        return await send(*args, **kwargs)
+
+    monkeypatch.setattr(storage.client, "execute_command", held)
+    first = asyncio.create_task(storage.read(["c/users/a"]))
+    await entered.wait()
+    monkeypatch.setattr(storage.client, "execute_command", send)
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailableError, match="pool_timeout=0.2"):
+        await storage.read(["c/users/b"])
+    assert 0.2 <= time.monotonic() - start < 2
+    release.set()
+    assert await first == {}
+    assert await storage.read(["c/users/b"]) == {}
+    await storage.close()

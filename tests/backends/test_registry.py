@@ -19,3 +19,50 @@ async def test_memory_urls_give_isolated_stores():
 def test_unknown_or_malformed_urls_are_refused(url):
     with pytest.raises(StorageConfigError):
         open_storage(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["memory://x", "memory://?namespace=a", "memory:///tmp/state", "memory://#x"]
+)
+def test_memory_takes_no_location_or_options(url):
+    with pytest.raises(StorageConfigError, match="use 'memory://'"):
+        open_storage(url)
+    with pytest.raises(StorageConfigError):
+        MemoryStorage.from_url(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost/0?namspace=bot",
+        "rediss://localhost/0?ssl_cert_reqd=none",
+        "azure-blob://container?max_concurency=4",
+        "cosmos://db/container?endpont=https://x",
+    ],
+)
+def test_an_unknown_url_option_is_refused_by_name(url):
+    with pytest.raises(StorageConfigError) as info:
+        open_storage(url)
+    assert url.partition("?")[2].partition("=")[0] in str(info.value)
+    assert "known" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://",
+        "redis://localhost/0",
+        "file://./state",
+        "azure-blob://container",
+        "cosmos://db/container",
+    ],
+)
+def test_an_unknown_keyword_option_is_refused_before_anything_is_made(url):
+    with pytest.raises(StorageConfigError, match="unknown option.*nonsense") as info:
+        open_storage(url, nonsense=1)
+    assert "known: " in str(info.value) and "max_document_bytes" in str(info.value)
+
+
+def test_known_keyword_options_reach_the_backend():
+    storage = open_storage("memory://", max_document_bytes=100)
+    assert isinstance(storage, MemoryStorage) and storage.max_document_bytes == 100
