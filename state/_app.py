@@ -18,8 +18,9 @@ from ._activity import Activity
 from ._bucket import AgentState
 from ._context import TurnContext
 from ._ids import TurnIds
-from ._lifecycle import open_turn
+from ._lifecycle import TURN_ATTEMPTS, run_turn
 from ._plan import Scopes
+from ._queue import TurnQueues
 from ._routing import (
     Handler,
     Route,
@@ -50,9 +51,16 @@ class AgentApplication:
     A before-turn hook returning `False` ends the turn early (no route runs); what changed
     so far is still saved. An exception from your code (hook, selector, handler) saves
     nothing and goes to the `@app.error` handler, or out of `process` if there is none.
-    Storage errors from loading or saving always propagate, `StateConflictError` included:
-    the save merges the turn's changes into a bucket another writer changed meanwhile, and
-    raises it only when both changed the same path (see `TurnState.save`).
+    Storage errors from loading or saving always propagate.
+
+    Concurrent turns: in one process, the turns of one conversation (of one user, without
+    a conversation) wait for each other and run in arrival order. When a save still meets
+    another writer's change (another process, or another conversation sharing the user or
+    app bucket), the turn's changes merge into the newer version if the other writer changed
+    nothing the turn read or wrote; otherwise the turn runs again on the newer state
+    (`ctx.attempt` counts the runs; replies of an earlier run are dropped), at most
+    `turn_attempts` times. A route registered with `rerun=False` fails with
+    `StateConflictError` instead, nothing of the turn saved (handlers with outside effects).
     """
 
     def __init__(
@@ -72,21 +80,26 @@ class AgentApplication:
         self._before: list[Hook] = []
         self._after: list[Hook] = []
         self._on_error: ErrorHandler | None = None
+        self._queues = TurnQueues()
+        self.turn_attempts = TURN_ATTEMPTS
 
-    def message(self, pattern: str | re.Pattern[str] | None = None) -> Callable[[_H], _H]:
+    def message(
+        self, pattern: str | re.Pattern[str] | None = None, *, rerun: bool = True
+    ) -> Callable[[_H], _H]:
         """Route messages: a str matches the whole trimmed text ignoring case, a regex is
-        searched in it, `None` matches every message."""
-        return self._route(text_selector(pattern))
+        searched in it, `None` matches every message. `rerun=False`: a conflict fails the
+        turn instead of running the handler again (see the class docstring)."""
+        return self._route(text_selector(pattern), rerun)
 
-    def activity(self, activity_type: str) -> Callable[[_H], _H]:
+    def activity(self, activity_type: str, *, rerun: bool = True) -> Callable[[_H], _H]:
         """Route activities of one type, e.g. `"conversationUpdate"` or `"event"`."""
-        return self._route(type_selector(activity_type))
+        return self._route(type_selector(activity_type), rerun)
 
-    def route(self, selector: Selector) -> Callable[[_H], _H]:
+    def route(self, selector: Selector, *, rerun: bool = True) -> Callable[[_H], _H]:
         """Route turns for which `selector(ctx)` (sync or async) is true."""
         if not callable(selector):
             raise TypeError("route() takes a callable selector(ctx)")
-        return self._route(selector)
+        return self._route(selector, rerun)
 
     def before_turn(self, hook: _Hook) -> _Hook:
         """Run `hook(ctx, state)` before routing; returning `False` ends the turn there."""
@@ -118,8 +131,9 @@ class AgentApplication:
             app_name=self.app_name,
             namespace=self.namespace,
         )
-        async with open_turn(self.storage, ids, scopes=self._scopes) as state:
-            ctx = TurnContext(activity, state)
+
+        async def turn(state: TurnState, attempt: int) -> list[Activity]:
+            ctx = TurnContext(activity, state, attempt)
             try:
                 await self._run(ctx, state)
             except Exception as error:
@@ -127,23 +141,42 @@ class AgentApplication:
                     raise
                 state.discard()
                 await self._on_error(ctx, error)
-        return ctx.replies
+            return ctx.replies
+
+        async with self._queues.turn(_queue_key(ids)):
+            return await run_turn(
+                self.storage, ids, turn, scopes=self._scopes, attempts=self.turn_attempts
+            )
 
     async def _run(self, ctx: TurnContext, state: TurnState) -> None:
         if self._before and not await _run_hooks(self._before, ctx, state):
             return
-        handler = await first_match(self._routes, ctx)
-        if handler is not None:
-            await handler(ctx, state)
+        route = await first_match(self._routes, ctx)
+        if route is not None:
+            if not route.rerun:
+                state.forbid_rerun()
+            await route.handler(ctx, state)
         if self._after:
             await _run_hooks(self._after, ctx, state)
 
-    def _route(self, selector: Selector) -> Callable[[_H], _H]:
+    def _route(self, selector: Selector, rerun: bool) -> Callable[[_H], _H]:
+        if not isinstance(rerun, bool):
+            raise TypeError(f"rerun must be True or False, got {rerun!r}")
+
         def register(handler: _H) -> _H:
-            self._routes.append(Route(selector, require_async(handler, "route handler")))
+            self._routes.append(Route(selector, require_async(handler, "route handler"), rerun))
             return handler
 
         return register
+
+
+def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:
+    """The turns that share a queue: those of one conversation, else of one user."""
+    if ids.conversation_id:
+        return (ids.namespace, ids.channel_id, "conversation", ids.conversation_id)
+    if ids.user_id:
+        return (ids.namespace, ids.channel_id, "user", ids.user_id)
+    return None
 
 
 async def _run_hooks(hooks: list[Hook], ctx: TurnContext, state: TurnState) -> bool:

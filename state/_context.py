@@ -15,15 +15,17 @@ class TurnContext:
     """One turn: the incoming `activity`, the turn's `state` and the `replies` sent so far.
 
     `send` only collects replies; `AgentApplication.process` returns them to the caller,
-    which delivers them to the channel.
+    which delivers them to the channel. `attempt` is 1, or more when the turn runs again
+    after a conflict (the replies of an earlier run are dropped, never returned).
     """
 
-    __slots__ = ("activity", "state", "replies")
+    __slots__ = ("activity", "state", "replies", "attempt")
 
-    def __init__(self, activity: Activity, state: TurnState) -> None:
+    def __init__(self, activity: Activity, state: TurnState, attempt: int = 1) -> None:
         self.activity = activity
         self.state = state
         self.replies: list[Activity] = []
+        self.attempt = attempt
 
     @property
     def text(self) -> str:

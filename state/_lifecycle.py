@@ -157,19 +157,38 @@ async def run_turn(
     """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
     state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
     the first being attempt 1. Only the last run's changes are saved; what a discarded run
-    returned is dropped. `StateConflictError` when the runs are used up, or when a store
-    without atomic batches kept part of a failed save (see `retry_on_conflict`).
+    returned is dropped. `StateConflictError` when the runs are used up, when the body
+    called `state.forbid_rerun()`, or when a store without atomic batches kept part of a
+    failed save (see `retry_on_conflict`).
     """
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
 
     async def attempt(number: int) -> T:
-        async with open_turn(storage, ids, scopes=plan) as state:
-            result = await body(state, number + 1)
-        return result
+        turn: list[TurnState] = []
+        try:
+            async with open_turn(storage, ids, scopes=plan) as state:
+                turn.append(state)
+                result = await body(state, number + 1)
+            return result
+        except StateConflictError as exc:
+            if turn and not turn[0].rerun:
+                raise _NoRerun(exc) from exc
+            raise
 
-    return await retry_on_conflict(attempts - 1, attempt, rerun=True)
+    try:
+        return await retry_on_conflict(attempts - 1, attempt, rerun=True)
+    except _NoRerun as stop:
+        raise stop.conflict from None
+
+
+class _NoRerun(Exception):
+    """Carries a conflict of a turn that must not run again out of the retry loop."""
+
+    def __init__(self, conflict: StateConflictError) -> None:
+        super().__init__(conflict)
+        self.conflict = conflict
 
 
 def check_retries(retries: object) -> None:

@@ -41,10 +41,15 @@ def require_async(function: _F, role: str) -> _F:
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A selector and the handler it sends matching turns to."""
+    """A selector and the handler it sends matching turns to.
+
+    `rerun`: whether a turn of this route may run again when its save meets a conflict it
+    cannot merge (False for handlers with outside effects: the turn then fails instead).
+    """
 
     selector: Selector
     handler: Handler
+    rerun: bool = True
 
 
 def text_selector(pattern: str | re.Pattern[str] | None) -> Selector:
@@ -67,14 +72,14 @@ def type_selector(activity_type: str) -> Selector:
     return lambda ctx: _is_type(ctx, wanted)
 
 
-async def first_match(routes: Sequence[Route], ctx: TurnContext) -> Handler | None:
-    """The handler of the first route, in registration order, whose selector accepts `ctx`."""
+async def first_match(routes: Sequence[Route], ctx: TurnContext) -> Route | None:
+    """The first route, in registration order, whose selector accepts `ctx`."""
     for route in routes:
         matched = route.selector(ctx)
         if inspect.isawaitable(matched):
             matched = await matched
         if matched:
-            return route.handler
+            return route
     return None
 
 

@@ -28,7 +28,7 @@ class TurnState:
     first used: a scope the turn never touches costs nothing beyond its share of the read.
     """
 
-    __slots__ = ("ids", "discarded", "closed", "_plan", "_buckets", "_found")
+    __slots__ = ("ids", "discarded", "closed", "rerun", "_plan", "_buckets", "_found")
 
     def __init__(
         self,
@@ -42,6 +42,7 @@ class TurnState:
         self.ids = ids
         self.discarded = False
         self.closed = False
+        self.rerun = True
         self._plan = (scopes if isinstance(scopes, Scopes) else Scopes(scopes)).plan(ids)
         self._buckets: dict[str, AgentState] = {}
         self._found = dict(found or {})
@@ -53,6 +54,11 @@ class TurnState:
     def discard(self) -> None:
         """Drop this turn's changes: `open_turn` saves nothing for it."""
         self.discarded = True
+
+    def forbid_rerun(self) -> None:
+        """Make a conflict fail this turn (`StateConflictError`, nothing of it saved) rather
+        than run it again: for turns with effects outside the state (a payment, an email)."""
+        self.rerun = False
 
     def close(self) -> None:
         """End the turn (`open_turn` does, once saved or discarded): any later use of its

@@ -477,15 +477,19 @@ async def test_only_one_error_handler(app):
 
 
 async def test_a_save_conflict_propagates_without_the_error_handler(app, storage):
-    """Another turn changes the same value while this one runs: process raises."""
+    """Another turn changes the same value during every run of this one: the runs are
+    bounded, then process raises (the error handler is for the application's own errors)."""
     errors = []
+    app.turn_attempts = 3
+    runs = []
 
     @app.message("inner")
     async def inner(ctx, state):
-        state["conversation:owner"] = ctx.activity.from_property.id
+        state["conversation:owner"] = f"{ctx.activity.from_property.id}-{len(runs)}"
 
     @app.message("outer")
     async def outer(ctx, state):
+        runs.append(ctx.attempt)
         state["conversation:owner"] = "outer"
         await app.process(msg("inner", user="someone-else"))
         await ctx.send("outer done")
@@ -498,9 +502,9 @@ async def test_a_save_conflict_propagates_without_the_error_handler(app, storage
     with pytest.raises(StateConflictError) as info:
         await app.process(msg("outer"))
     assert info.value.scopes == ["conversation"] and info.value.paths == ["/owner"]
-    assert errors == []
+    assert errors == [] and runs == [1, 2, 3] and "3 runs" in str(info.value)
     stored_now = await stored(storage)
-    assert stored_now[conversation_key("test", "c1")] == {"owner": "someone-else"}
+    assert stored_now[conversation_key("test", "c1")] == {"owner": "someone-else-3"}
 
 
 async def test_overlapping_turns_that_change_different_members_both_land(app, storage):
