@@ -73,6 +73,8 @@ class StoreItem:
     value: dict[str, Any]
     etag: str | None = None
     data: bytes | None = field(default=None, compare=False)
+    ttl: float | None = field(default=None, compare=False)
+    """On `write`: seconds this document lives, overriding the batch's `ttl`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class PreparedWrite:
     data: bytes
     expected: str | None
     group: str
+    ttl: float | None
+    """Seconds the document lives (None: for good)."""
 
 
 def precondition_holds(expected: str | None, current: str | None) -> bool:
@@ -160,14 +164,14 @@ class Storage(ABC):
         """
         if not isinstance(changes, Mapping):
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
-        prepared = [self._prepare(key, item) for key, item in changes.items()]
         ttl = _check_ttl(ttl, self.max_ttl_seconds)
+        prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
         self._check_open()
         if not prepared:
             return {}
         outcomes: Outcomes = {}
         try:
-            await self._write(prepared, ttl, outcomes)
+            await self._write(prepared, outcomes)
         except StorageError as exc:
             exc.written = _written(outcomes)
             raise
@@ -236,7 +240,7 @@ class Storage(ABC):
             )
         return group
 
-    def _prepare(self, key: str, item: StoreItem) -> PreparedWrite:
+    def _prepare(self, key: str, item: StoreItem, ttl: float | None = None) -> PreparedWrite:
         """Validate one change and serialize it (or check its bytes), within the size guard."""
         check_key(key)
         if not isinstance(item, StoreItem):
@@ -256,7 +260,9 @@ class Storage(ABC):
             raise InvalidValueError(f"encoded change for key {key!r} needs a dict and its JSON")
         if len(data) > self.max_document_bytes:
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
-        return PreparedWrite(key, item.value, data, etag, self.group_of(key))
+        if item.ttl is not None:
+            ttl = _check_ttl(item.ttl, self.max_ttl_seconds)
+        return PreparedWrite(key, item.value, data, etag, self.group_of(key), ttl)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -267,9 +273,7 @@ class Storage(ABC):
         """Fetch existing, unexpired keys as fresh `StoreItem`s (never shared with the store)."""
 
     @abstractmethod
-    async def _write(
-        self, writes: _Documents[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
+    async def _write(self, writes: _Documents[PreparedWrite], outcomes: Outcomes) -> None:
         """Apply the writes whose preconditions hold, recording each key's outcome as it goes."""
 
     @abstractmethod

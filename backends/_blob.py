@@ -182,13 +182,10 @@ class BlobStorage(Storage):
         items = await _all([self._read_one(key, limit) for key in keys])
         return {key: item for key, item in zip(keys, items, strict=True) if item is not None}
 
-    async def _write(
-        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
+    async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         await self._ensure_container()
         limit = asyncio.Semaphore(self.max_concurrency)
-        expires_at = _expiry_after(ttl)
-        await _all([self._write_one(write, expires_at, outcomes, limit) for write in writes])
+        await _all([self._write_one(w, _expiry_after(w.ttl), outcomes, limit) for w in writes])
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         await self._ensure_container()

@@ -198,14 +198,11 @@ class CosmosStorage(Storage):
         items = await _all([self._read_one(container, key) for key in keys])
         return {key: item for key, item in zip(keys, items, strict=True) if item is not None}
 
-    async def _write(
-        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
-        seconds = _ttl_seconds(ttl)
+    async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         groups: dict[str, list[tuple[PreparedWrite, dict[str, Any]]]] = defaultdict(list)
         for write in writes:
             pk = partition_value(write.group)
-            groups[pk].append((write, self._item(write, pk, seconds)))
+            groups[pk].append((write, self._item(write, pk, _ttl_seconds(write.ttl))))
         for group in groups.values():
             _check_batch(group)
         container = await self._ready()

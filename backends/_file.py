@@ -152,11 +152,10 @@ class FileStorage(Storage):
                 found[key] = StoreItem(envelope.data, envelope.etag, envelope.raw_data)
         return found
 
-    async def _write(
-        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
-        expires_at = time.time() + ttl if ttl is not None else None
+    async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+        now = time.time()
         for write in writes:
+            expires_at = now + write.ttl if write.ttl is not None else None
             action = partial(self._write_locked, write, expires_at)
             etag = await self._locked(write.key, f"cannot write {write.key!r}", action)
             outcomes[write.key] = CONFLICT if etag is None else etag

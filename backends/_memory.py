@@ -96,12 +96,9 @@ class MemoryStorage(Storage):
                 items[key] = StoreItem(envelope.data, entry.etag, envelope.raw_data)
         return items
 
-    async def _write(
-        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
+    async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         with self._lock:
             now = time.time()
-            expires_at = now + ttl if ttl is not None else None
             failed = False
             for write in writes:
                 current = self._live(write.key, now)
@@ -112,6 +109,7 @@ class MemoryStorage(Storage):
                 return
             for write in writes:
                 etag = str(next(self._versions))
+                expires_at = now + write.ttl if write.ttl is not None else None
                 self._entries[write.key] = _Entry(etag, expires_at, write.data)
                 outcomes[write.key] = etag
 

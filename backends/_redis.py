@@ -180,18 +180,17 @@ class RedisStorage(Storage):
                 found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data)
         return found
 
-    async def _write(
-        self, writes: list[PreparedWrite], ttl: float | None, outcomes: Outcomes
-    ) -> None:
-        ttl_ms = str(max(1, round(ttl * 1000))) if ttl is not None else "0"
+    async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         by_key = {write.key: write for write in writes}
         groups = self._groups(list(by_key))
         calls = []
         for group in groups:
-            args: list[str | bytes] = ["1", ttl_ms]  # one script per slot: all-or-nothing
+            args: list[str | bytes] = ["1"]  # one script per slot: all-or-nothing
             for key, _ in group:
                 write = by_key[key]
-                args += ["" if write.expected is None else write.expected, wrap(key, write.data)]
+                ttl_ms = str(max(1, round(write.ttl * 1000))) if write.ttl is not None else "0"
+                expected = "" if write.expected is None else write.expected
+                args += [expected, ttl_ms, wrap(key, write.data)]
             calls.append((_redis_keys(group), args))
         replies = await self._run(WRITE, calls, "write")
         wrong: FormatError | None = None

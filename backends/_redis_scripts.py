@@ -65,12 +65,11 @@ return reply
 WRITE = LuaScript(
     """#!lua
 -- KEYS: the Redis keys of one slot group. ARGV[1]: '1' all or nothing, '0' per key;
--- ARGV[2]: TTL in ms ('0' = none); then per key its precondition ('*' = always,
--- '' = must not exist, else the version it must have) and its envelope.
+-- then per key its precondition ('*' = always, '' = must not exist, else the version it
+-- must have), its TTL in ms ('0' = none) and its envelope.
 -- Reply per key: the new version, 0 = precondition failed, 1 = held but not written,
 -- {type} = the key holds another Redis type (nothing is written over it).
 local atomic = ARGV[1] == '1'
-local ttl = ARGV[2]
 local clock = redis.call('TIME')
 -- Versions are decimal text: Lua numbers are doubles, exact only up to 2^53.
 local now = clock[1] .. string.format('%06d', tonumber(clock[2]))
@@ -84,7 +83,7 @@ local function after(version) -- max(version + 1, now)
 end
 local reply, failed = {}, false
 for i, key in ipairs(KEYS) do
-  local expected = ARGV[2 * i + 1]
+  local expected = ARGV[3 * i - 1]
   local head = redis.pcall('GETRANGE', key, 0, 20)
   if type(head) ~= 'string' then -- WRONGTYPE: a hash, list, ... is never replaced
     reply[i] = {redis.call('TYPE', key)['ok']}
@@ -112,7 +111,8 @@ if atomic and failed then
 end
 for i, key in ipairs(KEYS) do
   if type(reply[i]) == 'string' then
-    local value = reply[i] .. ' ' .. ARGV[2 * i + 2]
+    local value = reply[i] .. ' ' .. ARGV[3 * i + 1]
+    local ttl = ARGV[3 * i]
     if ttl ~= '0' then
       redis.call('SET', key, value, 'PX', ttl)
     else

@@ -410,6 +410,23 @@ class StorageContract:
         assert sorted([k async for k in storage.list()]) == sorted(keys)
         assert [k async for k in storage.list("none/")] == []
 
+    async def test_a_ttl_per_document_overrides_the_batch_ttl(self, storage: Storage) -> None:
+        ttl = 0.5
+        batch = {
+            "k/short": StoreItem({"v": 1}, ttl=ttl),
+            "k/batch": StoreItem({"v": 1}),
+            "k/long": StoreItem({"v": 1}, ttl=3600),
+        }
+        await storage.write(batch, ttl=1800)
+        written_at = time.monotonic()
+        while "k/short" in await storage.read(["k/short"]):
+            assert time.monotonic() - written_at < 10, "document outlived its TTL by far"
+            await asyncio.sleep(0.05)  # waiting for the clock, not for another task
+        assert sorted(await storage.read(["k/short", "k/batch", "k/long"])) == ["k/batch", "k/long"]
+        with pytest.raises(InvalidValueError):
+            await storage.write({"k/bad": StoreItem({"v": 1}, ttl=-1)})
+        assert await storage.read(["k/bad"]) == {}
+
     async def test_ttl_expiry(self, storage: Storage) -> None:
         ttl = 0.5
         await storage.write({"k/ttl": StoreItem({"v": 1}), "k/keep": StoreItem({"v": 1})}, ttl=None)

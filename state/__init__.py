@@ -17,6 +17,7 @@ from ._background import (
 )
 from ._bucket import AgentState
 from ._context import TurnContext
+from ._delivery import ActivityConflictError
 from ._errors import (
     MissingIdError,
     ScopeError,
@@ -47,6 +48,7 @@ from ._turn_state import TurnState
 
 __all__ = [
     "Activity",
+    "ActivityConflictError",
     "ActivityError",
     "AgentApplication",
     "AgentState",

@@ -17,7 +17,9 @@ from pydantic import BaseModel
 from ._activity import Activity
 from ._bucket import AgentState
 from ._context import TurnContext
+from ._delivery import RETENTION_SECONDS, DeliveryRecord, digest, recorded_replies, remember
 from ._ids import TurnIds
+from ._keys import activity_key
 from ._lifecycle import TURN_ATTEMPTS, run_turn
 from ._plan import Scopes
 from ._queue import TurnQueues
@@ -70,6 +72,7 @@ class AgentApplication:
         app_name: str | None = None,
         custom_scopes: Iterable[type[AgentState]] = (),
         namespace: str | None = None,
+        dedup_retention: float | None = RETENTION_SECONDS,
     ) -> None:
         self.storage = storage
         self.app_name = app_name
@@ -82,6 +85,7 @@ class AgentApplication:
         self._on_error: ErrorHandler | None = None
         self._queues = TurnQueues()
         self.turn_attempts = TURN_ATTEMPTS
+        self._records = _records_kept_for(dedup_retention)
 
     def message(
         self, pattern: str | re.Pattern[str] | None = None, *, rerun: bool = True
@@ -132,7 +136,16 @@ class AgentApplication:
             namespace=self.namespace,
         )
 
+        record_key = self._record_key(activity, ids)
+        fingerprint = digest(activity) if record_key is not None else ""
+
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
+            record = state.attach(self._records, record_key) if record_key is not None else None
+            if record is not None:
+                first = recorded_replies(record, fingerprint, activity.id or "")
+                if first is not None:  # a redelivery: the first processing's outcome
+                    state.discard()
+                    return first
             ctx = TurnContext(activity, state, attempt)
             try:
                 await self._run(ctx, state)
@@ -141,12 +154,33 @@ class AgentApplication:
                     raise
                 state.discard()
                 await self._on_error(ctx, error)
+                return ctx.replies
+            if record is not None and state.changed():
+                remember(record, fingerprint, ctx.replies)
             return ctx.replies
 
+        extra = (record_key,) if record_key is not None else ()
         async with self._queues.turn(_queue_key(ids)):
             return await run_turn(
-                self.storage, ids, turn, scopes=self._scopes, attempts=self.turn_attempts
+                self.storage,
+                ids,
+                turn,
+                scopes=self._scopes,
+                attempts=self.turn_attempts,
+                extra_keys=extra,
             )
+
+    def _record_key(self, activity: Activity, ids: TurnIds) -> str | None:
+        """Where `activity`'s processing is recorded; None without an id or a channel."""
+        if not activity.id or not ids.channel_id or self._records.ttl is None:
+            return None
+        return activity_key(
+            ids.channel_id,
+            activity.id,
+            conversation=ids.conversation_id,
+            user=ids.user_id,
+            namespace=ids.namespace,
+        )
 
     async def _run(self, ctx: TurnContext, state: TurnState) -> None:
         if self._before and not await _run_hooks(self._before, ctx, state):
@@ -168,6 +202,17 @@ class AgentApplication:
             return handler
 
         return register
+
+
+def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
+    """The record class whose documents live `seconds` (None: no records, no dedup)."""
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
+    ):
+        raise ValueError(f"dedup_retention must be a positive number of seconds, got {seconds!r}")
+    if seconds == RETENTION_SECONDS:
+        return DeliveryRecord
+    return type("DeliveryRecord", (DeliveryRecord,), {"ttl": seconds})
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

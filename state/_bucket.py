@@ -47,7 +47,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     scope: ClassVar[str]
     persisted: ClassVar[bool] = True
+    last_writer_wins: ClassVar[bool] = False
+    """When True, a turn's save overwrites whatever another writer stored meanwhile instead
+    of merging or running again: an explicit choice for state where losing an update is
+    fine (a cache, a last-seen timestamp)."""
     model: ClassVar[type[BaseModel] | None] = None
+    ttl: ClassVar[float | None] = None
+    """Seconds a saved document of this class lives (None: for good)."""
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
 
@@ -281,7 +287,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             except JsonRuleError as exc:
                 raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
         self._pending = dumped
-        return StoreItem(document, self._etag, dumped)
+        return StoreItem(document, self._etag, dumped, ttl=self.ttl)
 
     def mark_saved(self, etag: str) -> None:
         """Record that the last `pending_write()` was stored as version `etag`."""
@@ -301,6 +307,9 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """
         if self._base is None:
             self.load(newer)
+            return
+        if self.last_writer_wins:  # keep this document, written over the newer version
+            self._etag = newer.etag if newer is not None else None
             return
         if newer is None and self._etag is not None:
             raise StateConflictError(

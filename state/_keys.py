@@ -97,6 +97,25 @@ def session_key(channel: str, conversation: str, user: str, *, namespace: str | 
     )
 
 
+def activity_key(
+    channel: str,
+    activity_id: str,
+    *,
+    conversation: str | None = None,
+    user: str | None = None,
+    namespace: str | None = None,
+) -> str:
+    """Where a processed activity is recorded: under its conversation (so the record shares
+    the conversation's write group), else under its user, else under its channel."""
+    if conversation is not None:
+        head = conversation_key(channel, conversation, namespace=namespace)
+    elif user is not None:
+        head = user_key(channel, user, namespace=namespace)
+    else:
+        head = _join(namespace, escape_segment(channel, what="channel id"))
+    return f"{head}/activities/{escape_segment(activity_id, what='activity id')}"
+
+
 def app_key(app_name: str, *, namespace: str | None = None) -> str:
     """`app/{app_name}`: global to the application."""
     return _join(namespace, "app", escape_segment(app_name, what="app name"))

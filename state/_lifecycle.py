@@ -34,9 +34,12 @@ BACKOFF_CAP = 0.1
 """Seconds: before run n+1 a turn waits a random time up to min(CAP, BASE * 2**n)."""
 
 
-async def read_turn(storage: Storage, ids: TurnIds, scopes: Scopes) -> TurnState:
-    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read."""
-    keys = scopes.plan(ids).keys
+async def read_turn(
+    storage: Storage, ids: TurnIds, scopes: Scopes, extra_keys: tuple[str, ...] = ()
+) -> TurnState:
+    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read, with
+    `extra_keys` (the framework's own documents of the turn, see `TurnState.attach`)."""
+    keys = scopes.plan(ids).keys + extra_keys
     return TurnState(ids, scopes, await storage.read(keys) if keys else {})
 
 
@@ -127,6 +130,7 @@ async def open_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     retries: int = MERGE_RETRIES,
+    extra_keys: tuple[str, ...] = (),
 ) -> AsyncIterator[TurnState]:
     """Load the turn's buckets in one read, yield its `TurnState`, save it on a clean exit.
 
@@ -137,7 +141,8 @@ async def open_turn(
     block is over the state is closed: using it raises `StateClosedError`.
     """
     check_retries(retries)
-    state = await read_turn(storage, ids, scopes if isinstance(scopes, Scopes) else Scopes(scopes))
+    plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
+    state = await read_turn(storage, ids, plan, extra_keys)
     try:
         yield state
         if not state.discarded:
@@ -153,6 +158,7 @@ async def run_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     attempts: int = TURN_ATTEMPTS,
+    extra_keys: tuple[str, ...] = (),
 ) -> T:
     """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
     state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
@@ -168,7 +174,7 @@ async def run_turn(
     async def attempt(number: int) -> T:
         turn: list[TurnState] = []
         try:
-            async with open_turn(storage, ids, scopes=plan) as state:
+            async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
                 turn.append(state)
                 result = await body(state, number + 1)
             return result

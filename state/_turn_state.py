@@ -51,6 +51,18 @@ class TurnState:
         """The persisted buckets this turn has used so far (the only ones that can change)."""
         return [bucket for bucket in self._buckets.values() if bucket.persisted]
 
+    def attach(self, cls: type[AgentState], key: str) -> AgentState:
+        """A framework document of this turn that is no scope (the record of a processed
+        activity): read with the turn (`extra_keys` of `open_turn`), saved with it."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = cls(key, self._found.pop(key, None))
+        return bucket
+
+    def changed(self) -> bool:
+        """Whether saving the turn now would write anything."""
+        return any(bucket.changed for bucket in self.stored_buckets())
+
     def discard(self) -> None:
         """Drop this turn's changes: `open_turn` saves nothing for it."""
         self.discarded = True

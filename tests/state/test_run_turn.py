@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_state import StateConflictError, TurnIds, TurnState, open_turn
+from agent_state import SessionState, StateConflictError, TurnIds, TurnState, open_turn
 from agent_state._lifecycle import run_turn
 from agent_state.backends import FileStorage, MemoryStorage, Storage
 
@@ -91,3 +91,24 @@ async def test_a_partly_written_save_is_not_run_again(tmp_path: Path) -> None:
     assert runs == [1] and list(info.value.written) == ["c/users/u"]
     assert await stored(storage, "c/users/u") == {"n": 1}
     assert await stored(storage, "c/conversations/k/users/u") == {"n": 10}
+
+
+class LastSeen(SessionState):
+    last_writer_wins = True
+
+
+async def test_a_last_writer_wins_scope_overwrites_instead_of_running_again() -> None:
+    storage = MemoryStorage()
+    runs: list[int] = []
+
+    async def body(state: TurnState, attempt: int) -> None:
+        runs.append(attempt)
+        seen = state.get("session.seen", 0)
+        async with open_turn(storage, IDS, scopes=[LastSeen]) as other:
+            other["session:seen"] = seen + 100
+            other["session:by"] = "other"
+        state["session:seen"] = seen + 1
+
+    await run_turn(storage, IDS, body, scopes=[LastSeen])
+    assert runs == [1]
+    assert await stored(storage, "c/conversations/k/users/u") == {"seen": 1}
