@@ -168,6 +168,7 @@ class AgentApplication:
                 scopes=self._scopes,
                 attempts=self.turn_attempts,
                 extra_keys=extra,
+                queues=self._queues,
             )
 
     def _record_key(self, activity: Activity, ids: TurnIds) -> str | None:

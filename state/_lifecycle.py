@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
 
 from ._bucket import AgentState
 from ._errors import StateConflictError
 from ._ids import TurnIds
 from ._plan import Scopes
+from ._queue import TurnQueues
 from ._turn_state import TurnState
 from .backends import ConflictError, Storage
 
@@ -159,6 +160,7 @@ async def run_turn(
     scopes: Scopes | Iterable[type[AgentState]] = (),
     attempts: int = TURN_ATTEMPTS,
     extra_keys: tuple[str, ...] = (),
+    queues: TurnQueues | None = None,
 ) -> T:
     """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
     state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
@@ -166,21 +168,30 @@ async def run_turn(
     returned is dropped. `StateConflictError` when the runs are used up, when the body
     called `state.forbid_rerun()`, or when a store without atomic batches kept part of a
     failed save (see `retry_on_conflict`).
+
+    With `queues`, a run after a conflict first takes the queue of each key it conflicted
+    on, so this process's turns that keep meeting on one bucket (an app-wide counter) take
+    turns instead of overtaking each other again.
     """
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
+    contended: set[str] = set()
 
     async def attempt(number: int) -> T:
         turn: list[TurnState] = []
         try:
-            async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
-                turn.append(state)
-                result = await body(state, number + 1)
+            async with AsyncExitStack() as held:
+                for key in sorted(contended) if queues is not None else ():
+                    await held.enter_async_context(queues.turn(("key", key)))  # type: ignore[union-attr]
+                async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
+                    turn.append(state)
+                    result = await body(state, number + 1)
             return result
         except StateConflictError as exc:
             if turn and not turn[0].rerun:
                 raise _NoRerun(exc) from exc
+            contended.update(exc.keys)
             raise
 
     try:
