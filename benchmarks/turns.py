@@ -12,6 +12,8 @@ before timing.
 - Google ADK: `get_session` + `append_event` on `InMemorySessionService`, which has no
   storage layer, so its storage-call columns are empty.
 
+Our activities carry no id (ids repeat as the turns rotate, and a repeated id is a
+redelivery, which agent-state does not apply twice), so no side keeps delivery records.
 Each scenario runs twice: as a full bot turn (the handler sends a reply) and state-only
 (neither side replies; ADK never does). Rounds are interleaved (every system once per
 round, in a rotating order) and each system's figure is the median of its rounds.
@@ -116,9 +118,8 @@ async def ours(scenario: Scenario) -> tuple[Turn, Counts]:
         if scenario.replies:
             await ctx.send(f"count {count}")
 
-    activities = [
+    activities = [  # no ids: the turns rotate over a pool, and a repeated id is a redelivery
         Activity(
-            id=f"a{i}",
             channel_id="bench",
             from_={"id": f"user-{i}"},
             recipient={"id": "bot"},

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ._activity import Activity
 from ._bucket import AgentState
 from ._context import TurnContext
-from ._delivery import RETENTION_SECONDS, DeliveryRecord, digest, recorded_replies, remember
+from ._delivery import RETENTION_SECONDS, DeliveryRecord, recorded_replies, remember
 from ._ids import TurnIds
 from ._keys import activity_key
 from ._lifecycle import TURN_ATTEMPTS, run_turn
@@ -137,12 +137,11 @@ class AgentApplication:
         )
 
         record_key = self._record_key(activity, ids)
-        fingerprint = digest(activity) if record_key is not None else ""
 
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
             record = state.attach(self._records, record_key) if record_key is not None else None
             if record is not None:
-                first = recorded_replies(record, fingerprint, activity.id or "")
+                first = recorded_replies(record, activity)
                 if first is not None:  # a redelivery: the first processing's outcome
                     state.discard()
                     return first
@@ -156,7 +155,7 @@ class AgentApplication:
                 await self._on_error(ctx, error)
                 return ctx.replies
             if record is not None and state.changed():
-                remember(record, fingerprint, ctx.replies)
+                remember(record, activity, ctx.replies)
             return ctx.replies
 
         extra = (record_key,) if record_key is not None else ()

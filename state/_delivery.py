@@ -48,22 +48,20 @@ def digest(activity: Activity) -> str:
     return hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def recorded_replies(
-    record: AgentState, fingerprint: str, activity_id: str
-) -> list[Activity] | None:
-    """The replies of the first processing, or None when the activity is new."""
+def recorded_replies(record: AgentState, activity: Activity) -> list[Activity] | None:
+    """The replies of the first processing of `activity`, or None when it is new."""
     stored = record.get("digest")
     if stored is None:
         return None
-    if stored != fingerprint:
-        raise ActivityConflictError(activity_id)
+    if stored != digest(activity):
+        raise ActivityConflictError(activity.id or "")
     return [Activity.of(reply) for reply in record.get("replies", [])]
 
 
-def remember(record: AgentState, fingerprint: str, replies: list[Activity]) -> None:
+def remember(record: AgentState, activity: Activity, replies: list[Activity]) -> None:
     """Fill the record that the turn's save writes along with its buckets."""
     wire: list[dict[str, Any]] = [
         reply.model_dump(mode="json", by_alias=True, exclude_none=True) for reply in replies
     ]
-    record["digest"] = fingerprint
+    record["digest"] = digest(activity)
     record["replies"] = wire

@@ -180,14 +180,20 @@ async def run_turn(
 
     async def attempt(number: int) -> T:
         turn: list[TurnState] = []
-        try:
-            async with AsyncExitStack() as held:
-                for key in sorted(contended) if queues is not None else ():
-                    await held.enter_async_context(queues.turn(("key", key)))  # type: ignore[union-attr]
-                async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
-                    turn.append(state)
-                    result = await body(state, number + 1)
+
+        async def run_once() -> T:
+            async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
+                turn.append(state)
+                result = await body(state, number + 1)
             return result
+
+        try:
+            if not contended or queues is None:
+                return await run_once()
+            async with AsyncExitStack() as held:
+                for key in sorted(contended):
+                    await held.enter_async_context(queues.turn(("key", key)))
+                return await run_once()
         except StateConflictError as exc:
             if turn and not turn[0].rerun:
                 raise _NoRerun(exc) from exc

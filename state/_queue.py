@@ -9,9 +9,8 @@ activity of its own conversation) does not wait for itself: it runs unqueued.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Hashable
+from contextvars import ContextVar, Token
 
 _HELD: ContextVar[frozenset[tuple[int, Hashable]]] = ContextVar(
     "agent_state_held_queues", default=frozenset()
@@ -24,37 +23,63 @@ class TurnQueues:
     __slots__ = ("_queues",)
 
     def __init__(self) -> None:
-        self._queues: dict[Hashable, tuple[asyncio.Lock, list[int]]] = {}
+        self._queues: dict[Hashable, _Queue] = {}
 
-    @asynccontextmanager
-    async def turn(self, key: Hashable) -> AsyncIterator[None]:
-        """Hold `key`'s queue for the block; turns of other keys run concurrently."""
-        held = _HELD.get()
-        if (id(self), key) in held:
-            yield
-            return
-        token = _HELD.set(held | {(id(self), key)})
-        try:
-            async with self._hold(key):
-                yield
-        finally:
-            _HELD.reset(token)
-
-    @asynccontextmanager
-    async def _hold(self, key: Hashable) -> AsyncIterator[None]:
-        entry = self._queues.get(key)
-        if entry is None:
-            entry = self._queues[key] = (asyncio.Lock(), [0])
-        lock, users = entry
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._queues[key]
+    def turn(self, key: Hashable) -> _Place:
+        """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
+        keys run concurrently."""
+        return _Place(self._queues, key)
 
     def __len__(self) -> int:
         """How many keys have a turn running or waiting."""
         return len(self._queues)
+
+
+class _Queue:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class _Place:
+    """One turn's place in a queue (a class, not a generator: every turn pays for it)."""
+
+    __slots__ = ("_queues", "_key", "_queue", "_token")
+
+    def __init__(self, queues: dict[Hashable, _Queue], key: Hashable) -> None:
+        self._queues, self._key = queues, key
+        self._queue: _Queue | None = None
+        self._token: Token[frozenset[tuple[int, Hashable]]] | None = None
+
+    async def __aenter__(self) -> None:
+        held = _HELD.get()
+        mark = (id(self._queues), self._key)
+        if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
+            return
+        queue = self._queues.get(self._key)
+        if queue is None:
+            queue = self._queues[self._key] = _Queue()
+        queue.users += 1
+        try:
+            await queue.lock.acquire()
+        except BaseException:
+            self._leave(queue)
+            raise
+        self._queue = queue
+        self._token = _HELD.set(held | {mark})
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        queue = self._queue
+        if queue is None:
+            return
+        if self._token is not None:
+            _HELD.reset(self._token)
+        queue.lock.release()
+        self._leave(queue)
+
+    def _leave(self, queue: _Queue) -> None:
+        queue.users -= 1
+        if not queue.users:
+            del self._queues[self._key]
