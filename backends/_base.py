@@ -89,6 +89,8 @@ class PreparedWrite:
     group: str
     ttl: float | None
     """Seconds the document lives (None: for good)."""
+    check_only: bool = False
+    """A read check, not a write: the precondition must hold, and nothing is written."""
 
 
 def precondition_holds(expected: str | None, current: str | None) -> bool:
@@ -154,18 +156,28 @@ class Storage(ABC):
         return await self._read(batch) if batch else {}
 
     async def write(
-        self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
     ) -> dict[str, str]:
         """Write a batch conditionally; return each key's new etag.
 
         Raises `ConflictError` naming the keys whose precondition failed and, in `written`,
         the keys of the batch written anyway. An I/O failure part-way raises
-        `StorageUnavailableError` whose `written` says the same.
+        `StorageUnavailableError` whose `written` says the same. `unchanged` maps keys the
+        batch must not write but that must still be at a version (None: still absent),
+        checked together with the batch where it is atomic (`atomic_batches`; elsewhere the
+        check cannot be atomic and is left out): a failed check is a conflict of that key.
         """
         if not isinstance(changes, Mapping):
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
         ttl = _check_ttl(ttl, self.max_ttl_seconds)
         prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
+        if unchanged is not None:
+            checks = self._checks(unchanged, changes)  # validated on every backend
+            prepared += checks if self.atomic_batches else []
         self._check_open()
         if not prepared:
             return {}
@@ -175,11 +187,30 @@ class Storage(ABC):
         except StorageError as exc:
             exc.written = _written(outcomes)
             raise
+        for write in prepared:
+            if write.check_only and outcomes.get(write.key) is not CONFLICT:
+                outcomes.pop(write.key, None)
         written = _written(outcomes)
         failed = [write.key for write in prepared if outcomes.get(write.key) is CONFLICT]
         if failed:
             raise ConflictError(failed, written)
         return written
+
+    def _checks(
+        self, unchanged: Mapping[str, str | None], changes: Mapping[str, StoreItem]
+    ) -> list[PreparedWrite]:
+        """The read checks of `write(unchanged=...)`, validated like writes."""
+        if not isinstance(unchanged, Mapping):
+            raise InvalidValueError("unchanged must be a mapping of key -> etag or None")
+        checks = []
+        for key, etag in unchanged.items():
+            check_key(key)
+            if key in changes:
+                raise InvalidValueError(f"key {key!r} is both written and checked unchanged")
+            if etag is not None and (not isinstance(etag, str) or not etag or etag == ANY):
+                raise InvalidValueError(f"unchanged[{key!r}] must be a version string or None")
+            checks.append(PreparedWrite(key, {}, b"", etag, self.group_of(key), None, True))
+        return checks
 
     async def delete(
         self, keys: Iterable[str], *, if_match: Mapping[str, str] | None = None

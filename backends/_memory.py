@@ -108,6 +108,8 @@ class MemoryStorage(Storage):
             if failed:
                 return
             for write in writes:
+                if write.check_only:
+                    continue
                 etag = str(next(self._versions))
                 expires_at = now + write.ttl if write.ttl is not None else None
                 self._entries[write.key] = _Entry(etag, expires_at, write.data)

@@ -188,8 +188,11 @@ class RedisStorage(Storage):
             args: list[str | bytes] = ["1"]  # one script per slot: all-or-nothing
             for key, _ in group:
                 write = by_key[key]
-                ttl_ms = str(max(1, round(write.ttl * 1000))) if write.ttl is not None else "0"
                 expected = "" if write.expected is None else write.expected
+                if write.check_only:
+                    args += [expected, "check", b""]
+                    continue
+                ttl_ms = str(max(1, round(write.ttl * 1000))) if write.ttl is not None else "0"
                 args += [expected, ttl_ms, wrap(key, write.data)]
             calls.append((_redis_keys(group), args))
         replies = await self._run(WRITE, calls, "write")

@@ -66,7 +66,8 @@ WRITE = LuaScript(
     """#!lua
 -- KEYS: the Redis keys of one slot group. ARGV[1]: '1' all or nothing, '0' per key;
 -- then per key its precondition ('*' = always, '' = must not exist, else the version it
--- must have), its TTL in ms ('0' = none) and its envelope.
+-- must have), its TTL in ms ('0' = none; 'check' = only check the precondition, write
+-- nothing) and its envelope.
 -- Reply per key: the new version, 0 = precondition failed, 1 = held but not written,
 -- {type} = the key holds another Redis type (nothing is written over it).
 local atomic = ARGV[1] == '1'
@@ -110,9 +111,9 @@ if atomic and failed then
   return reply
 end
 for i, key in ipairs(KEYS) do
-  if type(reply[i]) == 'string' then
+  local ttl = ARGV[3 * i]
+  if type(reply[i]) == 'string' and ttl ~= 'check' then
     local value = reply[i] .. ' ' .. ARGV[3 * i + 1]
-    local ttl = ARGV[3 * i]
     if ttl ~= '0' then
       redis.call('SET', key, value, 'PX', ttl)
     else

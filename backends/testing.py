@@ -410,6 +410,25 @@ class StorageContract:
         assert sorted([k async for k in storage.list()]) == sorted(keys)
         assert [k async for k in storage.list("none/")] == []
 
+    async def test_read_checks_go_with_an_atomic_batch(self, storage: Storage) -> None:
+        seen = await create(storage, "k/seen", {"v": 1})
+        await storage.write(
+            {"k/out": StoreItem({"v": 1})}, unchanged={"k/seen": seen, "k/no": None}
+        )
+        await storage.write({"k/seen": StoreItem({"v": 2}, seen)})  # another writer moves on
+        batch = {"k/out": StoreItem({"v": 2}, "*")}
+        if storage.atomic_batches:
+            with pytest.raises(ConflictError) as info:
+                await storage.write(batch, unchanged={"k/seen": seen})
+            assert info.value.keys == ["k/seen"] and info.value.written == {}
+            assert (await storage.read(["k/out"]))["k/out"].value == {"v": 1}
+        else:  # the check cannot be atomic here, so it is left out
+            await storage.write(batch, unchanged={"k/seen": seen})
+        assert (await storage.read(["k/seen"]))["k/seen"].value == {"v": 2}
+        for bad in ({"k/out": "1"}, {"k/x": "*"}, {"k/x": ""}, {"a//b": None}):
+            with pytest.raises((InvalidValueError, InvalidKeyError)):
+                await storage.write(batch, unchanged=bad)
+
     async def test_a_ttl_per_document_overrides_the_batch_ttl(self, storage: Storage) -> None:
         ttl = 0.5
         batch = {

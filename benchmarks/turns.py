@@ -100,9 +100,9 @@ class CountingStorage(MemoryStorage):
         self.counts.reads += 1
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None):
+    async def write(self, changes, *, ttl=None, unchanged=None):
         self.counts.writes += 1
-        return await super().write(changes, ttl=ttl)
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 async def ours(scenario: Scenario) -> tuple[Turn, Counts]:

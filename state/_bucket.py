@@ -213,6 +213,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(key={self._key!r}, etag={self._etag!r})"
 
+    def was_read(self) -> bool:
+        """Whether the turn read anything of this bucket (see `rebase`)."""
+        return self._read_all or bool(self._reads)
+
     def close(self) -> None:
         """End the bucket's turn: every later use raises `StateClosedError`."""
         self._closed = True

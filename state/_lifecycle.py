@@ -47,22 +47,33 @@ async def read_turn(
 async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
     """Write the changed buckets in one conditional batch; none when nothing changed.
 
-    A failed precondition raises `StateConflictError` naming the scopes; buckets of the batch
-    that were written anyway are marked saved, the others keep their changes for a retry.
+    The buckets the turn only read go with it as read checks (`Storage.write(unchanged=)`),
+    so a save never rests on a value another writer changed meanwhile, where the store can
+    check that atomically. A failed precondition raises `StateConflictError` naming the
+    scopes; buckets of the batch that were written anyway are marked saved, the others keep
+    their changes for a retry.
     """
     pending = {}
+    read: dict[str, AgentState] = {}
     for bucket in buckets:
+        if bucket.key is None:
+            continue
         item = bucket.pending_write()
-        if item is not None and bucket.key is not None:
+        if item is not None:
             pending[bucket.key] = (bucket, item)
+        elif bucket.was_read():
+            read[bucket.key] = bucket
     if not pending:
         return
+    unchanged = {key: bucket.etag for key, bucket in read.items()}
     try:
-        etags = await storage.write({key: item for key, (_, item) in pending.items()})
+        etags = await storage.write(
+            {key: item for key, (_, item) in pending.items()}, unchanged=unchanged
+        )
     except ConflictError as exc:
         for key, etag in exc.written.items():
             pending[key][0].mark_saved(etag)
-        scopes = [pending[key][0].scope for key in exc.keys]
+        scopes = [(pending[key][0] if key in pending else read[key]).scope for key in exc.keys]
         raise StateConflictError(exc.keys, exc.written, scopes=scopes) from exc
     for key, etag in etags.items():
         pending[key][0].mark_saved(etag)

@@ -154,9 +154,9 @@ class RecordingStorage(MemoryStorage):
         self.calls.append("read")
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None):
+    async def write(self, changes, *, ttl=None, unchanged=None):
         self.calls.append("write")
-        return await super().write(changes, ttl=ttl)
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation": {"id": "k"}}

@@ -32,9 +32,9 @@ class CountingStorage(MemoryStorage):
         self.reads += 1
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None):
+    async def write(self, changes, *, ttl=None, unchanged=None):
         self.writes += 1
-        return await super().write(changes, ttl=ttl)
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 def msg(

@@ -23,10 +23,14 @@ class CountingStorage(MemoryStorage):
         return await super().read(keys)
 
     async def write(
-        self, changes: Mapping[str, StoreItem], *, ttl: float | None = None
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
     ) -> dict[str, str]:
         self.writes.append(sorted(changes))
-        return await super().write(changes, ttl=ttl)
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
     async def stored(self, key: str) -> dict | None:
         """The stored document of `key` (None when absent), without counting the read."""

@@ -149,11 +149,11 @@ async def test_open_state_creates_when_both_create(storage):
 class Contended(CountingStorage):
     """Another writer bumps `other` in the user's document just before each write."""
 
-    async def write(self, changes, *, ttl=None):
+    async def write(self, changes, *, ttl=None, unchanged=None):
         current = (await MemoryStorage.read(self, [KEY]))[KEY].value
         current["other"] = current.get("other", 0) + 1
         await MemoryStorage.write(self, {KEY: StoreItem(current, "*")})
-        return await super().write(changes, ttl=ttl)
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 async def test_edit_state_retries_are_bounded():

@@ -112,3 +112,27 @@ async def test_a_last_writer_wins_scope_overwrites_instead_of_running_again() ->
     await run_turn(storage, IDS, body, scopes=[LastSeen])
     assert runs == [1]
     assert await stored(storage, "c/conversations/k/users/u") == {"seen": 1}
+
+
+async def test_write_skew_across_buckets_never_breaks_the_rule() -> None:
+    """a lives in the user bucket, b in the conversation: each turn reads both, writes one."""
+    storage = MemoryStorage()
+    for _ in range(20):
+        async with open_turn(storage, IDS) as state:
+            state["user:a"], state["conversation:b"] = 1, 1
+
+        def zero(member: str):
+            async def body(state: TurnState, attempt: int) -> None:
+                a, b = state.get("user.a"), state.get("conversation.b")
+                await asyncio.sleep(0)
+                if a + b >= 2:
+                    state[member] = 0
+
+            return body
+
+        await asyncio.gather(
+            run_turn(storage, IDS, zero("user:a")), run_turn(storage, IDS, zero("conversation:b"))
+        )
+        a = (await stored(storage, "c/users/u") or {})["a"]
+        b = (await stored(storage, CONVERSATION) or {})["b"]
+        assert a + b == 1

@@ -500,13 +500,13 @@ async def test_merging_is_bounded_by_retries():
     class Contended(CountingStorage):
         """Another writer changes the conversation's `other` member before every write."""
 
-        async def write(self, changes, *, ttl=None):
+        async def write(self, changes, *, ttl=None, unchanged=None):
             current = (await MemoryStorage.read(self, [CONVERSATION]))[CONVERSATION]
             other = current.value.get("other", 0) + 1
             await MemoryStorage.write(
                 self, {CONVERSATION: StoreItem({**current.value, "other": other}, "*")}
             )
-            return await super().write(changes, ttl=ttl)
+            return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
     storage = Contended()
     await MemoryStorage.write(storage, {CONVERSATION: _item({})})
