@@ -8,14 +8,23 @@ turns them into `ConflictError`, and tells a caller which keys an I/O failure le
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ._envelope import dump_data
 from ._errors import (
@@ -27,6 +36,8 @@ from ._errors import (
     StorageUnavailableError,
 )
 from ._keys import check_key, check_keys, check_prefix
+
+T = TypeVar("T")
 
 ANY: Final = "*"
 """Precondition for an unconditional write."""
@@ -105,6 +116,18 @@ def precondition_holds(expected: str | None, current: str | None) -> bool:
 def expired(expires_at: float | None, now: float | None = None) -> bool:
     """Whether a document with this expiry (Unix time, None for never) is gone at `now`."""
     return expires_at is not None and (time.time() if now is None else now) >= expires_at
+
+
+async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
+    """Await every call (concurrently if several), then raise the first error: so what the
+    others wrote is in the outcomes before a failure is reported."""
+    if len(calls) == 1:
+        return [await calls[0]]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
 
 
 @contextlib.contextmanager

@@ -14,8 +14,8 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from azure.core import MatchConditions
@@ -40,12 +40,11 @@ from ._base import (
     WriteGroup,
     _Conflict,
     expired,
+    gather_all,
 )
 from ._blob_names import blob_name, is_hashed, key_for_name, list_prefix
 from ._envelope import parse_head, unwrap, wrap
 from ._errors import StorageConfigError, StorageError, StorageUnavailableError
-
-T = TypeVar("T")
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 """Where `from_url` finds the connection string by default (the Azure SDKs' convention)."""
@@ -179,18 +178,22 @@ class BlobStorage(Storage):
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         await self._ensure_container()
         limit = asyncio.Semaphore(self.max_concurrency)
-        items = await _all([self._read_one(key, limit) for key in keys])
+        items = await gather_all([self._read_one(key, limit) for key in keys])
         return {key: item for key, item in zip(keys, items, strict=True) if item is not None}
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         await self._ensure_container()
         limit = asyncio.Semaphore(self.max_concurrency)
-        await _all([self._write_one(w, _expiry_after(w.ttl), outcomes, limit) for w in writes])
+        await gather_all(
+            [self._write_one(w, _expiry_after(w.ttl), outcomes, limit) for w in writes]
+        )
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         await self._ensure_container()
         limit = asyncio.Semaphore(self.max_concurrency)
-        await _all([self._delete_one(key, if_match.get(key), outcomes, limit) for key in keys])
+        await gather_all(
+            [self._delete_one(key, if_match.get(key), outcomes, limit) for key in keys]
+        )
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         start = list_prefix(prefix)
@@ -407,15 +410,6 @@ def _expiry(blob: BlobProperties) -> float | None:
 
 def _expiry_after(ttl: float | None) -> float | None:
     return time.time() + ttl if ttl is not None else None
-
-
-async def _all(calls: list[Awaitable[T]]) -> list[T]:
-    """Await every call, then raise the first failure (after the others have finished)."""
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,15 +17,13 @@ from __future__ import annotations
 import hashlib
 import string
 
-from ._errors import InvalidKeyError
-from ._keys import check_key
+from ._name_code import HEX, NameCode
 
 MAX_NAME_CHARS = 1024
 MAX_SEGMENTS = 254
 HASH_MARK = "=#"
 
-_VERBATIM = frozenset(string.ascii_lowercase + string.digits + "-_~%:@/")
-_HEX = frozenset("0123456789abcdef")
+_CODE = NameCode(string.ascii_lowercase + string.digits + "-_~%:@", slash="/")
 _DIGEST_CHARS = 64  # a sha256 in hex
 _STEM_CHARS = MAX_NAME_CHARS - len(HASH_MARK) - _DIGEST_CHARS
 _STEM_SLASHES = MAX_SEGMENTS - 1
@@ -61,32 +59,13 @@ def is_hashed(name: str) -> bool:
     return (
         len(name) >= len(HASH_MARK) + _DIGEST_CHARS
         and name[-_DIGEST_CHARS - len(HASH_MARK) : -_DIGEST_CHARS] == HASH_MARK
-        and set(digest) <= _HEX
+        and set(digest) <= HEX
     )
 
 
 def key_for_name(name: str) -> str | None:
     """The key a non-hashed name encodes, or None for hashed or foreign names."""
-    raw = bytearray()
-    i = 0
-    while i < len(name):
-        char = name[i]
-        if char == "!" and i + 1 < len(name) and name[i + 1] in string.ascii_lowercase:
-            raw += name[i + 1].upper().encode()
-            i += 2
-        elif char == "=" and len(name) >= i + 3 and set(name[i + 1 : i + 3]) <= _HEX:
-            raw.append(int(name[i + 1 : i + 3], 16))
-            i += 3
-        elif char in _VERBATIM:
-            raw += char.encode()
-            i += 1
-        else:
-            return None
-    try:
-        key = check_key(raw.decode("utf-8"))
-    except (UnicodeDecodeError, InvalidKeyError):
-        return None
-    return key if blob_name(key) == name else None  # only the canonical spelling
+    return _CODE.key(name, blob_name)
 
 
 def _stem(words: list[str]) -> str:
@@ -101,12 +80,4 @@ def _stem(words: list[str]) -> str:
 
 
 def _code_words(text: str) -> list[str]:
-    words = []
-    for char in text:
-        if char in _VERBATIM:
-            words.append(char)
-        elif "A" <= char <= "Z":
-            words.append("!" + char.lower())
-        else:
-            words.append("".join(f"={byte:02x}" for byte in char.encode("utf-8")))
-    return words
+    return _CODE.words(text)

@@ -13,8 +13,8 @@ import contextlib
 import math
 import os
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiohttp
@@ -35,6 +35,7 @@ from ._base import (
     Storage,
     StoreItem,
     WriteGroup,
+    gather_all,
     unavailable,
 )
 from ._cosmos_ids import item_id, partition_value
@@ -68,8 +69,6 @@ _URL_OPTIONS = ("endpoint", "key", "create", "timeout")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _NETWORK = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _OWNER_MISSING = 1003  # sub-status of a 404 whose database or container is gone
-
-_T = TypeVar("_T")
 
 
 class CosmosStorage(Storage):
@@ -195,7 +194,7 @@ class CosmosStorage(Storage):
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         container = await self._ready()
-        items = await _all([self._read_one(container, key) for key in keys])
+        items = await gather_all([self._read_one(container, key) for key in keys])
         return {key: item for key, item in zip(keys, items, strict=True) if item is not None}
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
@@ -206,7 +205,7 @@ class CosmosStorage(Storage):
         for group in groups.values():
             _check_batch(group)
         container = await self._ready()
-        await _all(
+        await gather_all(
             [
                 self._write_one(container, pk, *group[0], outcomes)
                 if len(group) == 1
@@ -217,7 +216,9 @@ class CosmosStorage(Storage):
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         container = await self._ready()
-        await _all([self._delete_one(container, key, if_match.get(key), outcomes) for key in keys])
+        await gather_all(
+            [self._delete_one(container, key, if_match.get(key), outcomes) for key in keys]
+        )
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         container = await self._ready()
@@ -398,18 +399,6 @@ class CosmosStorage(Storage):
                     f"Cosmos DB {what}: still throttled (429) after the retry budget"
                 ) from cause
             raise
-
-
-async def _all(calls: Sequence[Awaitable[_T]]) -> list[_T]:
-    """Await every call (concurrently if several); raise the first error after all ended,
-    so what the others wrote is in the outcomes."""
-    if len(calls) == 1:
-        return [await calls[0]]
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
 
 
 def _missing_item(exc: CosmosHttpResponseError) -> bool:

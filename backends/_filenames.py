@@ -13,14 +13,12 @@ from __future__ import annotations
 import hashlib
 import string
 
-from ._errors import InvalidKeyError
-from ._keys import check_key
+from ._name_code import HEX, NameCode
 
 MAX_NAME_BYTES = 255
 HASHED_PREFIX = "#"
 
-_VERBATIM = frozenset(string.ascii_lowercase + string.digits + "-_.~@%")
-_HEX = frozenset("0123456789abcdef")
+_CODE = NameCode(string.ascii_lowercase + string.digits + "-_.~@%", slash="+")
 _HASHED_LENGTH = len(HASHED_PREFIX) + 64  # a sha256 in hex
 
 
@@ -38,42 +36,13 @@ def is_hashed(name: str) -> bool:
     Exactly `#` and 64 lower-case hex digits: other names starting with `#` (an editor's
     `#autosave#`) are foreign files, like every other name no key encodes.
     """
-    return len(name) == _HASHED_LENGTH and name[0] == HASHED_PREFIX and set(name[1:]) <= _HEX
+    return len(name) == _HASHED_LENGTH and name[0] == HASHED_PREFIX and set(name[1:]) <= HEX
 
 
 def key_for_name(name: str) -> str | None:
     """The key a non-hashed name encodes, or None for hashed, internal or foreign names."""
-    raw = bytearray()
-    i = 0
-    while i < len(name):
-        char = name[i]
-        if char == "!" and i + 1 < len(name) and name[i + 1] in string.ascii_lowercase:
-            raw += name[i + 1].upper().encode()
-            i += 2
-        elif char == "=" and len(name) >= i + 3 and set(name[i + 1 : i + 3]) <= _HEX:
-            raw.append(int(name[i + 1 : i + 3], 16))
-            i += 3
-        elif char == "+" or char in _VERBATIM:
-            raw += b"/" if char == "+" else char.encode()
-            i += 1
-        else:
-            return None
-    try:
-        key = check_key(raw.decode("utf-8"))
-    except (UnicodeDecodeError, InvalidKeyError):
-        return None
-    return key if name_for_key(key) == name else None  # only the canonical spelling
+    return _CODE.key(name, name_for_key)
 
 
 def _encode(key: str) -> str:
-    parts = []
-    for position, char in enumerate(key):
-        if char in _VERBATIM and not (position == 0 and char == "."):
-            parts.append(char)
-        elif "A" <= char <= "Z":
-            parts.append("!" + char.lower())
-        elif char == "/":
-            parts.append("+")
-        else:
-            parts.append("".join(f"={byte:02x}" for byte in char.encode("utf-8")))
-    return "".join(parts)
+    return "".join(_CODE.words(key, escape_first="."))
