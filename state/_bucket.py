@@ -18,7 +18,14 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from . import _typed as typed
-from ._errors import ScopeError, StateClosedError, StateConflictError, StateError, StateValueError
+from ._errors import (
+    ScopeError,
+    StateClosedError,
+    StateConflictError,
+    StateError,
+    StatePathError,
+    StateValueError,
+)
 from ._ids import TurnIds
 from ._paths import MISSING, check_json, child, delete_in, drop, get_in, members, put, set_in
 from .backends import StoreItem
@@ -285,11 +292,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             return None
         if self.model is not None:
             typed.check(type(self), self._key, document)
-        else:  # in-place edits were never checked: a NaN or tuple must not go out as null or list
-            try:
-                check_encoded(document, dumped)
-            except JsonRuleError as exc:
-                raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
+        else:
+            self._check_lent(document, dumped)
         self._pending = dumped
         return StoreItem(document, self._etag, dumped, ttl=self.ttl)
 
@@ -350,6 +354,21 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._loaded = self._stored = self._pending = None
         self._etag, self._base = fresh._etag, fresh._base
 
+    def _check_lent(self, document: dict[str, Any], dumped: bytes) -> None:
+        """Check what in-place edits may have changed: a NaN or tuple must not go out as null
+        or a list. Assigned values were checked when set; in place, only a container the
+        bucket handed out (found again by the read path that handed it out) can have been
+        edited, or anything when the whole document was handed out (`data`)."""
+        try:
+            if self._read_all:
+                check_encoded(document, dumped)
+                return
+            for parts in self._reads:
+                if isinstance(value := _lent_value(document, parts), (dict, list)):
+                    encode_json(value)
+        except JsonRuleError as exc:
+            raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
+
     def _root(self) -> Any:
         """The live document (a dict, or a typed bucket's model), its baseline recorded first.
 
@@ -388,6 +407,14 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             except JsonRuleError as exc:
                 raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
             raise
+
+
+def _lent_value(document: dict[str, Any], parts: tuple[str, ...]) -> Any:
+    """What a read path leads to now (MISSING when it no longer leads anywhere)."""
+    try:
+        return get_in(document, parts)
+    except StatePathError:
+        return MISSING
 
 
 def _is_scope_name(name: object) -> bool:

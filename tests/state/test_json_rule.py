@@ -118,3 +118,24 @@ async def test_json_values_and_shared_subtrees_are_accepted() -> None:
     async with open_turn(storage, IDS) as state:
         state["user:v"] = value
     assert (await storage.read(["c/users/u"]))["c/users/u"].value == {"v": value}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda state: state.user.data["readings"].append(float("nan")),
+        lambda state: state.get("user.box.readings").append((1, 2)),
+        lambda state: state.user["box"]["readings"].append(Color.RED),
+    ],
+    ids=["through data", "through a nested path", "through a member"],
+)
+async def test_in_place_edits_through_any_handed_out_container_are_checked(edit) -> None:
+    storage = MemoryStorage()
+    async with open_turn(storage, IDS) as state:
+        state["user:readings"] = [1.0]
+        state["user:box"] = {"readings": [1.0]}
+    with pytest.raises(StateValueError):
+        async with open_turn(storage, IDS) as state:
+            edit(state)
+    stored = (await storage.read(["c/users/u"]))["c/users/u"].value
+    assert stored == {"readings": [1.0], "box": {"readings": [1.0]}}
