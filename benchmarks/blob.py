@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -35,13 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _support import ROOT, NoConnections, StubAdapter, free_port, server
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.blob.aio import BlobClient, BlobServiceClient, ContainerClient
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
-from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 from microsoft_agents.storage.blob import BlobStorage as MsBlobStorage
 from microsoft_agents.storage.blob import BlobStorageConfig
 
@@ -62,7 +60,6 @@ CHANNEL = "bench"
 NOTES = "lorem ipsum " * 60  # about 0.7 KB of conversation state
 TARGET_VS_MICROSOFT = 2.0
 TARGET_VS_FLOOR = 0.8
-ROOT = Path(__file__).resolve().parents[1]
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 Turn = Callable[[int], Awaitable[None]]
@@ -126,36 +123,6 @@ def ours(storage: Storage) -> Turn:
 
 
 # --- Microsoft 365 Agents SDK --------------------------------------------------------------
-
-
-class StubAdapter(ChannelAdapter):
-    """Keeps sent activities on the turn instead of posting them to a channel."""
-
-    async def send_activities(self, context, activities):
-        context.turn_state.setdefault("replies", []).extend(activities)
-        return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
-
-    async def update_activity(self, context, activity):
-        raise NotImplementedError
-
-    async def delete_activity(self, context, reference):
-        raise NotImplementedError
-
-
-class NoConnections:
-    """A connection manager for an app without OAuth routes (never called)."""
-
-    def get_connection(self, connection_name):
-        raise NotImplementedError
-
-    def get_default_connection(self):
-        raise NotImplementedError
-
-    def get_token_provider(self, claims_identity, service_url):
-        raise NotImplementedError
-
-    def get_token_provider_from_activity(self, claims_identity, activity):
-        raise NotImplementedError
 
 
 def microsoft(storage: MsBlobStorage) -> Turn:
@@ -326,32 +293,14 @@ def private_azurite() -> Iterator[str]:
     main = azurite_main()
     if not main.is_file():
         raise SystemExit(f"Azurite is not installed at {main} (bash tests/run.sh installs it)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        ["node", str(main), "--blobHost", "127.0.0.1", "--blobPort", str(port)]
-        + ["--inMemoryPersistence", "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("Azurite did not start") from None
-                time.sleep(0.05)  # polling a server that is starting
+    port = free_port()
+    command = ["node", str(main), "--blobHost", "127.0.0.1", "--blobPort", str(port)]
+    command += ["--inMemoryPersistence", "--silent", "--disableTelemetry", "--skipApiVersionCheck"]
+    with server(command, port, "Azurite", timeout=30):
         yield (
             "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
             f"AccountKey={DEV_KEY};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
         )
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def main() -> int:

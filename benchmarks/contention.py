@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from _support import free_port, server
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
 from agent_state.backends import Storage
@@ -155,30 +156,12 @@ def redis_server(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    folder = tempfile.mkdtemp(prefix="bench-redis-")
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("redis-server did not start") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        command += ["--appendonly", "no", "--dir", folder]
+        with server(command, port, "redis-server"):
+            yield f"redis://127.0.0.1:{port}/0"
 
 
 def backends(redis_url: str, folder: str) -> dict[str, Callable[[], str]]:

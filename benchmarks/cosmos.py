@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiohttp
+from _support import NoConnections, StubAdapter, free_port, server
 from azure.core import MatchConditions
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey, documents
@@ -43,13 +41,11 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
-from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 from microsoft_agents.storage.cosmos import CosmosDBStorage, CosmosDBStorageConfig
 
 from agent_state import AgentApplication, open_storage
 from agent_state.backends import Storage
 
-ROOT = Path(__file__).resolve().parent.parent
 POOL = 50
 CHANNEL = "bench"
 NOTES = "lorem ipsum " * 60  # about 0.7 KB of conversation state
@@ -110,36 +106,6 @@ def ours(storage: Storage, changed: bool) -> Turn:
 
 
 # --- Microsoft 365 Agents SDK ---------------------------------------------------------------
-
-
-class StubAdapter(ChannelAdapter):
-    """Keeps sent activities on the turn instead of posting them to a channel."""
-
-    async def send_activities(self, context: Any, activities: Any) -> Any:
-        context.turn_state.setdefault("replies", []).extend(activities)
-        return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
-
-    async def update_activity(self, context: Any, activity: Any) -> Any:
-        raise NotImplementedError
-
-    async def delete_activity(self, context: Any, reference: Any) -> Any:
-        raise NotImplementedError
-
-
-class NoConnections:
-    """A connection manager for an app without OAuth routes (never called)."""
-
-    def get_connection(self, connection_name: str) -> Any:
-        raise NotImplementedError
-
-    def get_default_connection(self) -> Any:
-        raise NotImplementedError
-
-    def get_token_provider(self, claims_identity: Any, service_url: str) -> Any:
-        raise NotImplementedError
-
-    def get_token_provider_from_activity(self, claims_identity: Any, activity: Any) -> Any:
-        raise NotImplementedError
 
 
 def microsoft(storage: CosmosDBStorage, changed: bool) -> Turn:
@@ -296,33 +262,17 @@ def report(rows: list[Row], turns: int, rounds: int) -> bool:
     return met
 
 
+EMULATOR_KEY = "YmVuY2htYXJrIGVtdWxhdG9yIGtleSwgbm90IGEgc2VjcmV0"
+"""The private emulator's master key (base64): a benchmark's own, not a secret."""
+
+
 @contextmanager
 def private_emulator() -> Iterator[tuple[str, str]]:
     """The test emulator on a free loopback port in its own process, stopped by its PID."""
-    sys.path.insert(0, str(ROOT))
-    from tests.cosmos_emulator import MASTER_KEY
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.cosmos_emulator", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the Cosmos DB emulator did not start") from None
-                time.sleep(0.02)  # polling a server that is starting
-        yield f"http://127.0.0.1:{port}", MASTER_KEY
-    finally:
-        process.terminate()
-        process.wait(10)
+    port = free_port()
+    command = [sys.executable, "-m", "tests.cosmos_emulator", "--port", str(port)]
+    with server(command + ["--key", EMULATOR_KEY], port, "the Cosmos DB emulator"):
+        yield f"http://127.0.0.1:{port}", EMULATOR_KEY
 
 
 def main() -> int:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from _support import free_port, server
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
@@ -203,41 +202,12 @@ def report(url: str, turns: int, rounds: int, rows: list[Row]) -> bool:
 @contextmanager
 def private_server() -> Iterator[str]:
     """A throwaway redis-server on a free loopback port, stopped by its PID."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as directory:
-        process = subprocess.Popen(
-            [
-                "redis-server",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                directory,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit("redis-server did not start") from None
-                    time.sleep(0.02)  # polling a server that is starting
+        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
+        command += ["--appendonly", "no", "--dir", directory]
+        with server(command, port, "redis-server"):
             yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            process.terminate()
-            process.wait(10)
 
 
 def main() -> int:

@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
+from _support import NoConnections, StubAdapter
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
-from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
 from agent_state import Activity, AgentApplication, TurnContext, TurnState, conversation_key
 from agent_state.backends import MemoryStorage, StoreItem
@@ -156,36 +156,6 @@ class MsCountingStorage(ms.MemoryStorage):
     async def write(self, changes):
         self.counts.writes += 1
         return await super().write(changes)
-
-
-class StubAdapter(ChannelAdapter):
-    """Keeps sent activities on the turn instead of posting them to a channel."""
-
-    async def send_activities(self, context, activities):
-        context.turn_state.setdefault("replies", []).extend(activities)
-        return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
-
-    async def update_activity(self, context, activity):
-        raise NotImplementedError
-
-    async def delete_activity(self, context, reference):
-        raise NotImplementedError
-
-
-class NoConnections:
-    """A connection manager for an app without OAuth routes (never called)."""
-
-    def get_connection(self, connection_name):
-        raise NotImplementedError
-
-    def get_default_connection(self):
-        raise NotImplementedError
-
-    def get_token_provider(self, claims_identity, service_url):
-        raise NotImplementedError
-
-    def get_token_provider_from_activity(self, claims_identity, activity):
-        raise NotImplementedError
 
 
 async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:

@@ -1,0 +1,75 @@
+"""What several benchmarks share: private servers started and stopped by PID, and the stubs
+that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from microsoft_agents import activity as ms_activity
+from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def server(command: list[str], port: int, name: str, timeout: float = 15.0) -> Iterator[None]:
+    """Run `command` (a server on `port`) for the block; stop it by its PID after."""
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"{name} did not start") from None
+                time.sleep(0.02)  # polling a server that is starting
+        yield
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+class StubAdapter(ChannelAdapter):
+    """Keeps sent activities on the turn instead of posting them to a channel."""
+
+    async def send_activities(self, context, activities):  # type: ignore[no-untyped-def]
+        context.turn_state.setdefault("replies", []).extend(activities)
+        return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
+
+    async def update_activity(self, context, activity):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    async def delete_activity(self, context, reference):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+
+class NoConnections:
+    """A connection manager for an app without OAuth routes (never called)."""
+
+    def get_connection(self, connection_name):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def get_default_connection(self):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def get_token_provider(self, claims_identity, service_url):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def get_token_provider_from_activity(self, claims_identity, activity):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
