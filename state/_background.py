@@ -5,9 +5,9 @@ Two ways to edit, both bounded by `retries` and ending in `StateConflictError`:
 - `edit_state(storage, cls, ids, fn)` runs `fn(bucket)` on a fresh read and re-runs it on a
   newer read whenever the write meets a conflict: right for any edit (counters included).
 - `async with open_state(storage, cls, ids) as bucket:` saves on exit. A block cannot be
-  re-run, so on a conflict its recorded patch is replayed onto the newer version; when the
-  other writer changed the same paths (a list counts as one value), `StateConflictError`
-  names them instead of overwriting. Use `edit_state` for read-dependent edits.
+  re-run, so on a conflict its recorded patch is replayed onto the newer version when the
+  other writer changed nothing the block read or wrote (a list counts as one value);
+  otherwise `StateConflictError` names the paths instead of overwriting.
 """
 
 from __future__ import annotations

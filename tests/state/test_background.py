@@ -218,3 +218,15 @@ async def test_listing_respects_the_namespace(storage):
     assert [u async for u in list_users(storage, "c", namespace="bot1")] == ["in-ns"]
     assert [u async for u in list_users(storage, "c")] == ["no-ns"]
     assert [u async for u in list_users(storage, "nobody")] == []
+
+
+async def test_two_concurrent_open_state_increments_never_store_one(storage):
+    """The lost update of the issue: both read visits=5 and would both store 6."""
+    await seed(storage, KEY, {"visits": 5})
+    with pytest.raises(StateConflictError) as info:
+        async with open_user(storage, "msteams", "29:ada") as first:
+            async with open_user(storage, "msteams", "29:ada") as second:
+                second["visits"] = second["visits"] + 1
+            first["visits"] = first["visits"] + 1
+    assert "/visits" in info.value.paths
+    assert await storage.stored(KEY) == {"visits": 6}  # one increment stored, one refused
