@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
+from ._commit import INTENT, RECORDS, commit, read_settled
 from ._envelope import dump_data
 from ._errors import (
     ConflictError,
@@ -67,6 +68,7 @@ Outcomes = dict[str, "str | _Conflict"]
 """What a write or delete primitive reports per key: its new etag (written; for a delete,
 any str), `CONFLICT`, or nothing (not written, as when an atomic batch is refused)."""
 
+_RECORDS = RECORDS + "/"
 _Documents = list  # the builtin, before `Storage.list` shadows the name in the class body
 
 
@@ -90,11 +92,10 @@ class StoreItem:
 
 @dataclass(frozen=True, slots=True)
 class PreparedWrite:
-    """A validated write handed to a primitive: the document, its bytes, its precondition
+    """A validated write handed to a primitive: the document's JSON bytes, its precondition
     (an etag, None for create-only, `ANY`) and its write group."""
 
     key: str
-    value: dict[str, Any]
     data: bytes
     expected: str | None
     group: str
@@ -151,10 +152,15 @@ class Storage(ABC):
     """Longest `ttl` this backend can keep; a longer one raises `InvalidValueError` before I/O."""
 
     atomic_batches: bool = False
-    """True where a whole `write` batch is applied all-or-nothing."""
+    """True where the store applies a whole `write` batch in one atomic step. Elsewhere a
+    batch spanning several keys (or groups) is committed through intents (`_commit`):
+    all-or-nothing on every backend."""
 
     atomic_groups: bool = False
-    """True where the keys of one write group in a batch are applied all-or-nothing."""
+    """True where the store applies the keys of one write group in one atomic step."""
+
+    intent_timeout: float = 5.0
+    """Seconds a commit across atomic units may take before readers abort it (`_commit`)."""
 
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""
@@ -176,7 +182,7 @@ class Storage(ABC):
         """Read a batch of keys; missing keys are absent. Values are the caller's own."""
         batch = list(dict.fromkeys(check_keys(keys)))
         self._check_open()
-        return await self._read(batch) if batch else {}
+        return await read_settled(self, batch) if batch else {}
 
     async def write(
         self,
@@ -187,37 +193,31 @@ class Storage(ABC):
     ) -> dict[str, str]:
         """Write a batch conditionally; return each key's new etag.
 
-        Raises `ConflictError` naming the keys whose precondition failed and, in `written`,
-        the keys of the batch written anyway. An I/O failure part-way raises
-        `StorageUnavailableError` whose `written` says the same. `unchanged` maps keys the
-        batch must not write but that must still be at a version (None: still absent),
-        checked together with the batch where it is atomic (`atomic_batches`; elsewhere the
-        check cannot be atomic and is left out): a failed check is a conflict of that key.
+        All or nothing on every backend: `ConflictError` names the keys whose precondition
+        failed, and nothing was written. `unchanged` maps keys the batch must not write but
+        that must still be at a version (None: still absent) when it lands: a failed check is
+        a conflict of that key. A `StorageUnavailableError` may leave the batch in doubt:
+        readers then see all of it or none of it.
         """
         if not isinstance(changes, Mapping):
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
         ttl = _check_ttl(ttl, self.max_ttl_seconds)
         prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
-        if unchanged is not None:
-            checks = self._checks(unchanged, changes)  # validated on every backend
-            prepared += checks if self.atomic_batches else []
+        checks = self._checks(unchanged, changes) if unchanged is not None else []
         self._check_open()
         if not prepared:
             return {}
         outcomes: Outcomes = {}
-        try:
+        if self.atomic_batches:
+            await self._write(prepared + checks, outcomes)
+        elif checks or not self._one_unit(prepared):
+            await commit(self, prepared, checks, outcomes)
+        else:
             await self._write(prepared, outcomes)
-        except StorageError as exc:
-            exc.written = _written(outcomes)
-            raise
-        for write in prepared:
-            if write.check_only and outcomes.get(write.key) is not CONFLICT:
-                outcomes.pop(write.key, None)
-        written = _written(outcomes)
-        failed = [write.key for write in prepared if outcomes.get(write.key) is CONFLICT]
+        failed = [p.key for p in (*prepared, *checks) if outcomes.get(p.key) is CONFLICT]
         if failed:
-            raise ConflictError(failed, written)
-        return written
+            raise ConflictError(failed)
+        return {write.key: outcomes[write.key] for write in prepared}  # type: ignore[misc]
 
     def _checks(
         self, unchanged: Mapping[str, str | None], changes: Mapping[str, StoreItem]
@@ -232,7 +232,7 @@ class Storage(ABC):
                 raise InvalidValueError(f"key {key!r} is both written and checked unchanged")
             if etag is not None and (not isinstance(etag, str) or not etag or etag == ANY):
                 raise InvalidValueError(f"unchanged[{key!r}] must be a version string or None")
-            checks.append(PreparedWrite(key, {}, b"", etag, self.group_of(key), None, True))
+            checks.append(PreparedWrite(key, b"", etag, self.group_of(key), None, True))
         return checks
 
     async def delete(
@@ -261,7 +261,13 @@ class Storage(ABC):
         """Iterate the keys that start with `prefix` (for background jobs and scans)."""
         check_prefix(prefix)
         self._check_open()
-        return self._list(prefix)
+        return self._live_keys(prefix)
+
+    async def _live_keys(self, prefix: str) -> AsyncIterator[str]:
+        """`_list`, without the commit records of `_commit` (the store's own bookkeeping)."""
+        async for key in self._list(prefix):
+            if not key.startswith(_RECORDS):
+                yield key
 
     async def close(self) -> None:
         """Release connections and files; the storage is unusable afterwards."""
@@ -279,6 +285,13 @@ class Storage(ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+    def _one_unit(self, writes: _Documents[PreparedWrite]) -> bool:
+        """Whether the store applies `writes` in one atomic step: one key, or one write group
+        where groups are atomic."""
+        if len(writes) == 1:
+            return True
+        return self.atomic_groups and len({write.group for write in writes}) == 1
 
     def group_of(self, key: str) -> str:
         """The write group of a (valid) key: `write_group(key)`, checked to be a segment prefix."""
@@ -299,6 +312,8 @@ class Storage(ABC):
         check_key(key)
         if not isinstance(item, StoreItem):
             raise InvalidValueError(f"change for key {key!r} must be a StoreItem")
+        if isinstance(item.value, dict) and INTENT in item.value:
+            raise InvalidValueError(f"value for key {key!r} has the reserved member {INTENT!r}")
         etag = item.etag
         if etag is not None and (not isinstance(etag, str) or not etag):
             raise InvalidValueError(f"etag for key {key!r} must be a non-empty str, '*' or None")
@@ -316,7 +331,7 @@ class Storage(ABC):
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
         if item.ttl is not None:
             ttl = _check_ttl(item.ttl, self.max_ttl_seconds)
-        return PreparedWrite(key, item.value, data, etag, self.group_of(key), ttl)
+        return PreparedWrite(key, data, etag, self.group_of(key), ttl)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -342,10 +357,6 @@ class Storage(ABC):
 
     async def _close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release resources; backends with connections override it."""
-
-
-def _written(outcomes: Outcomes) -> dict[str, str]:
-    return {key: etag for key, etag in outcomes.items() if isinstance(etag, str)}
 
 
 def _check_ttl(ttl: float | None, longest: float) -> float | None:

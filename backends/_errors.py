@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Iterable
 
 
 class StorageError(Exception):
-    """Base class of every error raised by a storage backend.
-
-    `written` maps the keys of a write batch that were stored before the error to their new
-    etags (empty unless a write failed part-way), so a caller knows what landed.
-    """
-
-    written: Mapping[str, str] = MappingProxyType({})
+    """Base class of every error raised by a storage backend. A `write` that raises one
+    wrote nothing of its batch (a `StorageUnavailableError` may leave it in doubt: then
+    readers see the whole batch or none of it)."""
 
 
 class InvalidKeyError(StorageError, ValueError):
@@ -48,23 +43,13 @@ class FormatError(StorageError):
 class ConflictError(StorageError):
     """A precondition failed: a stored version moved on, or a create met an existing key.
 
-    `keys` names every key whose precondition failed; `written` maps the keys of the same
-    batch that were written anyway to their new etags (per-key atomicity, not batch).
+    `keys` names every key whose precondition failed; nothing of the batch was written.
     """
 
-    def __init__(
-        self,
-        keys: Iterable[str],
-        written: Mapping[str, str] | None = None,
-        message: str | None = None,
-    ) -> None:
+    def __init__(self, keys: Iterable[str], message: str | None = None) -> None:
         self.keys = sorted(keys)
-        self.written = dict(written or {})
         detail = message or "precondition failed"
-        super().__init__(
-            f"{detail} for key(s) {', '.join(map(repr, self.keys))}"
-            f"; written in the same batch: {sorted(self.written) or 'none'}"
-        )
+        super().__init__(f"{detail} for key(s) {', '.join(map(repr, self.keys))}")
 
 
 class StorageUnavailableError(StorageError):

@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from ._base import Storage, StoreItem
+from ._commit_contract import CommitContract
 from ._errors import (
     ConflictError,
     FormatError,
@@ -95,7 +96,7 @@ HOSTILE_IDS = [
 ]
 
 
-class StorageContract:
+class StorageContract(CommitContract):
     """The contract every backend keeps; see the module docstring for how to run it."""
 
     @pytest.fixture
@@ -149,7 +150,7 @@ class StorageContract:
         await storage.write({"k/p": StoreItem({"v": 2}, old)})
         with pytest.raises(ConflictError) as info:
             await storage.write({"k/p": StoreItem({"v": 3}, old)})
-        assert info.value.keys == ["k/p"] and info.value.written == {}
+        assert info.value.keys == ["k/p"]
         assert (await storage.read(["k/p"]))["k/p"].value == {"v": 2}
 
     async def test_create_only_fails_on_existing_key(self, storage: Storage) -> None:
@@ -174,7 +175,7 @@ class StorageContract:
         assert first != second
         assert (await storage.read(["k/u"]))["k/u"] == StoreItem({"v": 2}, second)
 
-    async def test_conflict_names_every_failed_key_and_reports_the_written_ones(
+    async def test_a_conflict_names_every_failed_key_and_writes_nothing(
         self, storage: Storage
     ) -> None:
         a = await create(storage, "k/a", {"v": 1})
@@ -187,16 +188,9 @@ class StorageContract:
         }
         with pytest.raises(ConflictError) as info:
             await storage.write(batch)
-        error = info.value
-        assert error.keys == ["k/a", "k/b"]
+        assert info.value.keys == ["k/a", "k/b"]
         stored = await storage.read(["k/a", "k/b", "k/c"])
-        if storage.atomic_batches:
-            assert error.written == {} and "k/c" not in stored
-        elif storage.atomic_groups:  # k/c is in a group of its own, unless the store merges groups
-            assert set(error.written) <= {"k/c"} and ("k/c" in stored) == bool(error.written)
-        else:
-            assert set(error.written) == {"k/c"}
-            assert stored["k/c"] == StoreItem({"v": 3}, error.written["k/c"])
+        assert "k/c" not in stored
         assert stored["k/a"].value == {"v": 2} and stored["k/b"].value == {"v": 1}
 
     async def test_delete_precondition(self, storage: Storage) -> None:
@@ -410,20 +404,17 @@ class StorageContract:
         assert sorted([k async for k in storage.list()]) == sorted(keys)
         assert [k async for k in storage.list("none/")] == []
 
-    async def test_read_checks_go_with_an_atomic_batch(self, storage: Storage) -> None:
+    async def test_read_checks_hold_when_the_batch_lands(self, storage: Storage) -> None:
         seen = await create(storage, "k/seen", {"v": 1})
         await storage.write(
             {"k/out": StoreItem({"v": 1})}, unchanged={"k/seen": seen, "k/no": None}
         )
         await storage.write({"k/seen": StoreItem({"v": 2}, seen)})  # another writer moves on
         batch = {"k/out": StoreItem({"v": 2}, "*")}
-        if storage.atomic_batches:
-            with pytest.raises(ConflictError) as info:
-                await storage.write(batch, unchanged={"k/seen": seen})
-            assert info.value.keys == ["k/seen"] and info.value.written == {}
-            assert (await storage.read(["k/out"]))["k/out"].value == {"v": 1}
-        else:  # the check cannot be atomic here, so it is left out
+        with pytest.raises(ConflictError) as info:
             await storage.write(batch, unchanged={"k/seen": seen})
+        assert info.value.keys == ["k/seen"]
+        assert (await storage.read(["k/out"]))["k/out"].value == {"v": 1}
         assert (await storage.read(["k/seen"]))["k/seen"].value == {"v": 2}
         for bad in ({"k/out": "1"}, {"k/x": "*"}, {"k/x": ""}, {"a//b": None}):
             with pytest.raises((InvalidValueError, InvalidKeyError)):

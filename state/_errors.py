@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from .backends._errors import ConflictError, InvalidValueError
 
@@ -69,7 +69,6 @@ class StateConflictError(ConflictError, StateError):
     def __init__(
         self,
         keys: Iterable[str],
-        written: Mapping[str, str] | None = None,
         *,
         scopes: Iterable[str],
         paths: Iterable[str] = (),
@@ -83,4 +82,4 @@ class StateConflictError(ConflictError, StateError):
         detail = self.reason
         if self.paths:
             detail += f" at {', '.join(map(repr, self.paths))}"
-        super().__init__(keys, written, detail)
+        super().__init__(keys, detail)

@@ -48,10 +48,9 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
     """Write the changed buckets in one conditional batch; none when nothing changed.
 
     The buckets the turn only read go with it as read checks (`Storage.write(unchanged=)`),
-    so a save never rests on a value another writer changed meanwhile, where the store can
-    check that atomically. A failed precondition raises `StateConflictError` naming the
-    scopes; buckets of the batch that were written anyway are marked saved, the others keep
-    their changes for a retry.
+    so a save never rests on a value another writer changed meanwhile. The batch is
+    all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
+    the scopes, and every bucket keeps its changes for a retry.
     """
     pending = {}
     read: dict[str, AgentState] = {}
@@ -71,10 +70,8 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
             {key: item for key, (_, item) in pending.items()}, unchanged=unchanged
         )
     except ConflictError as exc:
-        for key, etag in exc.written.items():
-            pending[key][0].mark_saved(etag)
         scopes = [(pending[key][0] if key in pending else read[key]).scope for key in exc.keys]
-        raise StateConflictError(exc.keys, exc.written, scopes=scopes) from exc
+        raise StateConflictError(exc.keys, scopes=scopes) from exc
     for key, etag in etags.items():
         pending[key][0].mark_saved(etag)
 
@@ -83,22 +80,18 @@ async def retry_on_conflict(
     retries: int, attempt: Callable[[int], Awaitable[T]], *, rerun: bool = False
 ) -> T:
     """Run `attempt(0)`, then `attempt(1)`... while it raises `StateConflictError`, at most
-    `retries` more times; the last conflict names every key written along the way.
+    `retries` more times.
 
     A merge attempt stops at a conflict that is not `retryable` (a clash on a path). With
     `rerun` each attempt runs the whole turn again on a fresh read, after a jittered backoff,
-    so every conflict may be retried, except one that left part of its batch written (a
-    store without atomic batches): running the turn again could apply that part twice.
+    so every conflict may be retried: a failed save wrote nothing.
     """
     check_retries(retries)
-    written: dict[str, str] = {}
     for number in range(retries + 1):
         try:
             return await attempt(number)
         except StateConflictError as exc:
-            written.update(exc.written)
-            final = bool(exc.written) if rerun else not exc.retryable
-            if final or number == retries:
+            if (not rerun and not exc.retryable) or number == retries:
                 failed = exc
                 break
         if rerun:
@@ -110,7 +103,6 @@ async def retry_on_conflict(
         message = f"gave up after {number + 1} {tries} of {scopes} state: {failed.reason}"
     raise StateConflictError(
         failed.keys,
-        written,
         scopes=failed.scopes,
         paths=failed.paths,
         message=message,

@@ -1,12 +1,13 @@
 """The turn history checker: random concurrent turns, invariants that fail on any anomaly.
 
-Turns of six kinds run concurrently (in several OS processes where the store is shared),
-some delivered twice: counters in two buckets, an append-only log, the write-skew pair
+Turns of six kinds run concurrently in three OS processes (in one, on memory), some
+delivered twice: counters in two buckets, an append-only log, the write-skew pair
 `a + b >= 1`, a derived member `b == 2 * a`, and transfers between a user's balance and a
 conversation's pot. Afterwards the stored state must equal what the applied turns add up
-to, with no turn failing for contention. It runs where a turn's save is all-or-nothing
-(memory; Redis standalone, across processes); on stores without atomic batches a turn
-spanning write groups is not yet all-or-nothing (docs/guide.md), so it is not run there.
+to, with no turn failing for contention. It runs on every backend; on each but standalone
+Redis it also injects faults: writes failing after the first key of their batch (the
+activity is redelivered) and one process killed in the middle of a write, whose unfinished
+activities are then redelivered, as a channel would, to a fresh process.
 """
 
 from __future__ import annotations
@@ -17,22 +18,36 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
+import pytest
 
 from agent_state import conversation_key, open_storage, session_key, user_key
 from agent_state.backends import MemoryStorage, Storage
 from tests.conftest import server_missing
-from tests.history.worker import CONVERSATIONS, USERS, run
+from tests.history.worker import CONVERSATIONS, KILLED, USERS, application, deliver, run
 
 TURNS = 60
+PROCESSES = 3
+IO_FAULT_RATE = 0.05
+DIE_AT_WRITE = 25
 
 
-async def check(storage: Storage, outcomes: list[dict[str, Any]]) -> None:
+async def check(storage: Storage, lines: list[dict[str, Any]]) -> None:
+    """Every activity begun was applied exactly once: the stored state says so."""
+    activities = {line["activity"]["id"]: line["activity"] for line in lines if "activity" in line}
+    attempts = {line["done"]: line["attempt"] for line in lines if "done" in line}
+    assert set(attempts) == set(activities), "an activity was never done"
     applied: Counter[str] = Counter()
-    for outcome in outcomes:
-        applied.update(outcome["applied"])
+    logged: dict[str, list[str]] = {c: [] for c in CONVERSATIONS}
+    for token, activity in activities.items():
+        kind = activity["text"].split()[0]
+        conversation = activity["conversation"]["id"]
+        applied[f"{kind}/{activity['from']['id']}/{conversation}"] += 1
+        if kind == "log":
+            logged[conversation].append(token)
     keys = [user_key("h", u) for u in USERS] + [conversation_key("h", c) for c in CONVERSATIONS]
     keys += [session_key("h", c, u) for c in CONVERSATIONS for u in USERS]
     found = await storage.read(keys)
@@ -53,10 +68,7 @@ async def check(storage: Storage, outcomes: list[dict[str, Any]]) -> None:
     for c in CONVERSATIONS:
         conversation = doc(conversation_key("h", c))
         assert conversation.get("count", 0) == turns("count", conversation=c)
-        logged = sorted(
-            t.split(":", 1)[1] for o in outcomes for t in o["tokens"] if t.startswith(f"{c}:")
-        )
-        assert sorted(conversation.get("log", [])) == logged  # each exactly once
+        assert sorted(conversation.get("log", [])) == sorted(logged[c])  # each exactly once
         assert conversation.get("a", 1) + conversation.get("b", 1) >= 1  # no write skew
         assert conversation.get("pot", 0) == turns("transfer", conversation=c)
         total += conversation.get("pot", 0)
@@ -70,36 +82,104 @@ async def check(storage: Storage, outcomes: list[dict[str, Any]]) -> None:
         assert user.get("balance", 0) == -turns("transfer", user=u)
         total += user.get("balance", 0)
     assert total == 0  # transfers keep the sum
-    runs = [a for o in outcomes for a in o["attempts"]]
-    print(f"turns {len(runs)}, runs {sum(runs)}, re-runs {sum(runs) - len(runs)}")
+    runs = sum(attempts.values())
+    print(f"turns {len(attempts)}, runs {runs}, re-runs {runs - len(attempts)}")
 
 
 async def test_memory_history_is_serial() -> None:
     storage = MemoryStorage()
-    outcomes = await asyncio.gather(*(run(storage, seed, TURNS) for seed in range(3)))
-    await check(storage, list(outcomes))
+    lines = await asyncio.gather(*(run(storage, seed, TURNS) for seed in range(PROCESSES)))
+    await check(storage, [line for part in lines for line in part])
 
 
-async def test_redis_history_across_processes_is_serial() -> None:
-    url = os.environ.get("AGENT_STATE_REDIS_URL")
-    if not url:
-        server_missing("Redis ($AGENT_STATE_REDIS_URL is not set)")
-    namespaced = f"{url}?namespace=history-{uuid.uuid4().hex[:8]}"
-    workers = [
+def _env(name: str, what: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        server_missing(f"{what} (${name} is not set)")
+    return str(value)
+
+
+def _file(tmp: str) -> str:
+    return f"file://{tmp}/history"
+
+
+def _redis(tmp: str) -> str:
+    return f"{_env('AGENT_STATE_REDIS_URL', 'Redis')}?namespace=h-{uuid.uuid4().hex[:8]}"
+
+
+def _cluster(tmp: str) -> str:
+    url = _env("AGENT_STATE_REDIS_CLUSTER_URL", "a Redis cluster")
+    return f"{url}?cluster=true&namespace=h-{uuid.uuid4().hex[:8]}"
+
+
+def _blob(tmp: str) -> str:
+    _env("AGENT_STATE_AZURITE_CONNECTION_STRING", "Azurite")
+    container = f"history-{uuid.uuid4().hex[:12]}"
+    return f"azure-blob://{container}?connection_string_env=AGENT_STATE_AZURITE_CONNECTION_STRING"
+
+
+def _cosmos(tmp: str) -> str:
+    endpoint = _env("AGENT_STATE_COSMOS_ENDPOINT", "the Cosmos DB emulator")
+    os.environ.setdefault("AZURE_COSMOS_ENDPOINT", endpoint)
+    os.environ.setdefault("AZURE_COSMOS_KEY", _env("AGENT_STATE_COSMOS_KEY", "its key"))
+    return f"cosmos://history/h{uuid.uuid4().hex[:12]}?create=true"
+
+
+BACKENDS: dict[str, tuple[Callable[[str], str], bool]] = {
+    "file": (_file, True),
+    "redis": (_redis, False),
+    "redis-cluster": (_cluster, True),
+    "blob": (_blob, True),
+    "cosmos": (_cosmos, True),
+}
+"""Backend -> (its URL for a fresh store, whether faults are injected there)."""
+
+
+@pytest.fixture
+async def url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
+    make, _ = BACKENDS[request.param]
+    yield make(str(tmp_path))
+
+
+def _workers(url: str, faults: bool) -> list[subprocess.Popen[str]]:
+    def args(seed: int) -> list[str]:
+        if not faults:
+            return []
+        return ["0", str(DIE_AT_WRITE)] if seed == 0 else [str(IO_FAULT_RATE), "0"]
+
+    return [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.history.worker", namespaced, str(seed), str(TURNS)],
+            [sys.executable, "-m", "tests.history.worker", url, str(seed), str(TURNS), *args(seed)],
             stdout=subprocess.PIPE,
             text=True,
         )
-        for seed in range(3)
+        for seed in range(PROCESSES)
     ]
-    outcomes = []
-    for worker in workers:
-        out, _ = worker.communicate(timeout=120)
-        assert worker.returncode == 0, "a turn failed (for contention or otherwise)"
-        outcomes.append(orjson.loads(out))
-    storage = open_storage(namespaced)
+
+
+@pytest.mark.parametrize("url", list(BACKENDS), indirect=True)
+async def test_history_across_processes_is_serial(url: str, request: pytest.FixtureRequest) -> None:
+    faults = BACKENDS[request.node.callspec.params["url"]][1]
+    lines: list[dict[str, Any]] = []
+    unfinished: list[dict[str, Any]] = []
+    for seed, worker in enumerate(_workers(url, faults)):
+        out, _ = worker.communicate(timeout=240)
+        mine = [orjson.loads(line) for line in out.splitlines()]
+        lines += mine
+        if faults and seed == 0:
+            assert worker.returncode == KILLED, "the worker meant to die mid-write did not"
+            done = {line["done"] for line in mine if "done" in line}
+            unfinished = [a["activity"] for a in mine if "activity" in a and a["activity"]["id"]
+                          not in done]  # fmt: skip
+            assert unfinished, "the worker died with no turn under way"
+        else:
+            assert worker.returncode == 0, "a turn failed (for contention or otherwise)"
+    storage = open_storage(url)
     try:
-        await check(storage, outcomes)
+        app = application(storage)
+        for activity in unfinished:  # the channel redelivers what the dead process had begun
+            attempt = await deliver(app, activity)
+            lines.append({"done": activity["id"], "attempt": attempt})
+        await check(storage, lines)
     finally:
         await storage.close()

@@ -1,25 +1,37 @@
 """One process of the turn history checker: random turns through AgentApplication.
 
-Usage: python -m tests.history.worker STORAGE_URL SEED TURNS
-Prints one JSON line: what this process's applied turns add up to, for the checker.
+Usage: python -m tests.history.worker STORAGE_URL SEED TURNS [IO_FAULT_RATE [DIE_AT_WRITE]]
+Prints one JSON line per activity as it starts (`{"activity": ...}`) and as it is done
+(`{"done": id, "attempt": n}`), so the checker knows every activity this process began
+even if it is killed. With faults, a share of the store's primitive writes fails after
+writing the first key of its batch (the activity is then redelivered, as a channel would),
+and the process kills itself in the middle of its DIE_AT_WRITE-th primitive write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
-from collections import Counter
 from typing import Any
 
 import orjson
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
-from agent_state.backends import Storage
+from agent_state.backends import Storage, StorageUnavailableError
+from agent_state.backends._base import Outcomes, PreparedWrite
+from agent_state.backends._commit_contract import first_unit
 
 USERS = ["ada", "grace", "linus"]
 CONVERSATIONS = ["c1", "c2"]
 KINDS = ["count", "log", "skew-a", "skew-b", "derived", "transfer"]
+INTENT_TIMEOUT = 0.5
+"""Seconds before readers abort a commit a killed or failed writer left (short, for tests)."""
+KILLED = 17
+"""Exit status of a worker that killed itself mid-write."""
+DELIVERIES = 30
+"""How often an activity whose turn failed on an injected fault is delivered again at most."""
 
 
 def application(storage: Storage) -> AgentApplication:
@@ -50,39 +62,84 @@ def application(storage: Storage) -> AgentApplication:
     return app
 
 
-async def run(storage: Storage, seed: int, turns: int) -> dict[str, Any]:
-    """`turns` random concurrent turns (some delivered twice); what they applied."""
+def activity_of(rng: random.Random, seed: int, i: int) -> dict[str, Any]:
+    kind = rng.choice(KINDS)
+    user, conversation = rng.choice(USERS), rng.choice(CONVERSATIONS)
+    token = f"p{seed}-{i}"
+    return {"type": "message", "id": token, "channelId": "h", "text": f"{kind} {token}",
+            "from": {"id": user}, "conversation": {"id": conversation}}  # fmt: skip
+
+
+async def deliver(app: AgentApplication, activity: dict[str, Any]) -> int:
+    """Process `activity`, delivering it again while its turn fails on an injected fault;
+    the attempt its turn was applied on."""
+    kind, token = activity["text"].split()
+    for _ in range(DELIVERIES):
+        try:
+            replies = await app.process(activity)
+        except StorageUnavailableError:
+            continue
+        assert len(replies) == 1 and replies[0].text.startswith(f"{kind} {token} done")
+        return int(replies[0].text.rsplit(" ", 1)[1])
+    raise AssertionError(f"{token} failed on every delivery")
+
+
+def inject_faults(storage: Storage, rng: random.Random, rate: float, die_at: int) -> None:
+    """Make a share `rate` of the store's primitive writes fail part-way, once they applied
+    their first atomic unit (`first_unit`), and the `die_at`-th one kill the process once
+    its first unit landed."""
+    original = storage._write
+    calls = 0
+
+    async def faulty(writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == die_at:  # killed once its first unit landed
+            await original(first_unit(storage, writes), outcomes)
+            os._exit(KILLED)
+        if rng.random() >= rate:
+            return await original(writes, outcomes)
+        if len(writes) > 1:
+            await original(first_unit(storage, writes), outcomes)
+        raise StorageUnavailableError("injected failure part-way through a write")
+
+    storage._write = faulty  # type: ignore[method-assign]
+
+
+async def run(storage: Storage, seed: int, turns: int) -> list[dict[str, Any]]:
+    """`turns` random concurrent turns, some delivered twice; a line per start and end."""
     rng = random.Random(seed)
     app = application(storage)
-    applied: Counter[str] = Counter()
-    attempts: list[int] = []
-    tokens: list[str] = []
+    lines: list[dict[str, Any]] = []
 
     async def one(i: int) -> None:
-        kind = rng.choice(KINDS)
-        user, conversation = rng.choice(USERS), rng.choice(CONVERSATIONS)
-        token = f"p{seed}-{i}"
-        activity = {"type": "message", "id": token, "channelId": "h", "text": f"{kind} {token}",
-                    "from": {"id": user}, "conversation": {"id": conversation}}  # fmt: skip
-        deliveries = 2 if rng.random() < 0.2 else 1  # a channel retry redelivers it
-        for _ in range(deliveries):
-            replies = await app.process(activity)
-            assert len(replies) == 1 and replies[0].text.startswith(f"{kind} {token} done")
-        attempts.append(int(replies[0].text.rsplit(" ", 1)[1]))
-        applied[f"{kind}/{user}/{conversation}"] += 1
-        if kind == "log":
-            tokens.append(f"{conversation}:{token}")
+        activity = activity_of(rng, seed, i)
+        lines.append(report({"activity": activity}))
+        attempt = await deliver(app, activity)
+        if rng.random() < 0.2:  # a channel retry redelivers it
+            await deliver(app, activity)
+        lines.append(report({"done": activity["id"], "attempt": attempt}))
 
     await asyncio.gather(*(one(i) for i in range(turns)))
-    return {"applied": dict(applied), "attempts": attempts, "tokens": tokens}
+    return lines
 
 
-async def main(url: str, seed: int, turns: int) -> None:
+def report(line: dict[str, Any]) -> dict[str, Any]:
+    if __name__ == "__main__":
+        sys.stdout.write(orjson.dumps(line).decode() + "\n")
+        sys.stdout.flush()
+    return line
+
+
+async def main(url: str, seed: int, turns: int, rate: float, die_at: int) -> None:
     storage = open_storage(url)
-    outcome = await run(storage, seed, turns)
+    storage.intent_timeout = INTENT_TIMEOUT
+    if rate or die_at:
+        inject_faults(storage, random.Random(-seed), rate, die_at)
+    await run(storage, seed, turns)
     await storage.close()
-    print(orjson.dumps(outcome).decode())
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    args = sys.argv[1:] + ["0", "0"]
+    asyncio.run(main(args[0], int(args[1]), int(args[2]), float(args[3]), int(args[4])))
