@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
@@ -101,8 +101,10 @@ def parse(key: str, value: dict[str, Any]) -> Intent:
 async def read_settled(storage: Storage, keys: list[str]) -> dict[str, StoreItem]:
     """`storage._read(keys)` with every intent settled into the document it stands for."""
     items = await storage._read(keys)
-    if any(is_intent(item.value) for item in items.values()):
-        await settle(storage, items)
+    for item in items.values():
+        if INTENT in item.value:
+            await settle(storage, items)
+            break
     return items
 
 
@@ -224,11 +226,13 @@ async def _commit_once(
             return False
         outcomes.update(done)
         return True
-    await _quietly(storage._write(final, done), "replace intents")
-    replaced = {w.key: done[w.key] for w in writes if isinstance(done.get(w.key), str)}
+    for _ in range(2):  # again for the keys of a unit that a conflict of another key held back
+        final = [w for w in final if w.key not in done]
+        if not final or not await _quietly(storage._write(final, done), "replace intents"):
+            break
     outcomes.update(placed)  # an intent left in place reads as committed, under its own etag
-    outcomes.update(replaced)
-    if len(replaced) == len(writes):
+    outcomes.update({key: etag for key, etag in done.items() if isinstance(etag, str)})
+    if len(done) == len(writes):  # no intent is left (a conflict: a later write replaced it)
         await _quietly(storage._delete([f"{RECORDS}/{commit_id}"], {}, {}), "delete a record")
     return True
 
@@ -365,13 +369,15 @@ async def _create_records(
     return {w.key.rsplit("/", 1)[1]: outcomes.get(w.key) for w in writes}
 
 
-async def _quietly(step: Any, what: str) -> Any:
-    """Await a clean-up step whose failure changes nothing readers see; log it, go on."""
+async def _quietly(step: Awaitable[object], what: str) -> bool:
+    """Await a clean-up step whose failure changes nothing readers see; False (and a log
+    line) if the store failed it."""
     try:
-        return await step
+        await step
     except StorageError as exc:
         _log.warning("agent-state commit: could not %s (%s); readers settle it", what, exc)
-        return None
+        return False
+    return True
 
 
 def _is_time(value: object) -> bool:

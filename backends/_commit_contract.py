@@ -150,6 +150,36 @@ class CommitContract:
             await writer
         assert {item.value["v"] for item in (await storage.read(KEYS)).values()} == {1}
 
+    async def test_a_key_held_back_with_a_replaced_sibling_is_still_committed(
+        self, storage: Storage
+    ) -> None:
+        """A store applying a write group at once refuses all of it when one key conflicts:
+        after the commit, a later writer replacing one intent must not leave its sibling's
+        intent to be aborted."""
+        storage.intent_timeout = 0.0  # any intent left behind is at once the reader's to abort
+        pair = ["k/conversations/c", "k/conversations/c/users/u"]  # one unit where groups are
+        keys = [*pair, "k/users/u"]
+        await storage.write({key: StoreItem({"v": 0}, None) for key in keys})
+        current = await storage.read(keys)
+        original = storage._write
+        calls = 0
+
+        async def overtaken(writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 3:  # replacing the intents, once committed: a later writer wins one
+                await original([PreparedWrite(pair[0], b'{"v":7}', "*", writes[0].group, None)],
+                               {})  # fmt: skip
+            await original(writes, outcomes)
+
+        storage._write = overtaken  # type: ignore[method-assign]
+        try:
+            await storage.write({key: StoreItem({"v": 1}, current[key].etag) for key in keys})
+        finally:
+            del storage._write
+        stored = await storage.read(keys)
+        assert [stored[key].value["v"] for key in keys] == [7 if calls >= 3 else 1, 1, 1]
+
     async def test_the_reserved_names_stay_the_stores_own(self, storage: Storage) -> None:
         bad: dict[str, Any] = {_commit.INTENT: {}, "v": 1}
         with pytest.raises(InvalidValueError):

@@ -64,7 +64,7 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
             read[bucket.key] = bucket
     if not pending:
         return
-    unchanged = {key: bucket.etag for key, bucket in read.items()}
+    unchanged = {key: bucket.etag for key, bucket in read.items()} or None
     try:
         etags = await storage.write(
             {key: item for key, (_, item) in pending.items()}, unchanged=unchanged
@@ -127,16 +127,16 @@ async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: 
     await retry_on_conflict(retries, attempt)
 
 
-@asynccontextmanager
-async def open_turn(
+def open_turn(
     storage: Storage,
     ids: TurnIds,
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     retries: int = MERGE_RETRIES,
     extra_keys: tuple[str, ...] = (),
-) -> AsyncIterator[TurnState]:
-    """Load the turn's buckets in one read, yield its `TurnState`, save it on a clean exit.
+) -> _OpenTurn:
+    """`async with open_turn(...) as state:` loads the turn's buckets in one read, gives its
+    `TurnState`, and saves it when the block ends cleanly.
 
     `scopes`: a `Scopes` plan, or custom scope classes added to the built-in ones. On a
     conflict the turn's changes are replayed onto the newer versions (`retries` times) when
@@ -146,13 +146,34 @@ async def open_turn(
     """
     check_retries(retries)
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
-    state = await read_turn(storage, ids, plan, extra_keys)
-    try:
-        yield state
-        if not state.discarded:
-            await save_merging(storage, state.stored_buckets(), retries=retries)
-    finally:
-        state.close()
+    return _OpenTurn(storage, ids, plan, retries, extra_keys)
+
+
+class _OpenTurn:
+    """The context manager `open_turn` returns (a class, not a generator: every turn pays)."""
+
+    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_extra", "state")
+
+    def __init__(
+        self, storage: Storage, ids: TurnIds, plan: Scopes, retries: int, extra: tuple[str, ...]
+    ) -> None:
+        self._storage, self._ids, self._plan = storage, ids, plan
+        self._retries, self._extra = retries, extra
+        self.state: TurnState | None = None
+        """The turn's state once loaded."""
+
+    async def __aenter__(self) -> TurnState:
+        self.state = await read_turn(self._storage, self._ids, self._plan, self._extra)
+        return self.state
+
+    async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        state = self.state
+        assert state is not None
+        try:
+            if kind is None and not state.discarded:
+                await save_merging(self._storage, state.stored_buckets(), retries=self._retries)
+        finally:
+            state.close()
 
 
 async def run_turn(
@@ -182,23 +203,15 @@ async def run_turn(
     contended: set[str] = set()
 
     async def attempt(number: int) -> T:
-        turn: list[TurnState] = []
-
-        async def run_once() -> T:
-            async with open_turn(storage, ids, scopes=plan, extra_keys=extra_keys) as state:
-                turn.append(state)
-                result = await body(state, number + 1)
-            return result
-
+        turn = open_turn(storage, ids, scopes=plan, extra_keys=extra_keys)
         try:
-            if not contended or queues is None:
-                return await run_once()
-            async with AsyncExitStack() as held:
-                for key in sorted(contended):
-                    await held.enter_async_context(queues.turn(("key", key)))
-                return await run_once()
+            if not (contended and queues):
+                async with turn as state:
+                    return await body(state, number + 1)
+            async with _queued(queues, contended), turn as state:
+                return await body(state, number + 1)
         except StateConflictError as exc:
-            if turn and not turn[0].rerun:
+            if turn.state is not None and not turn.state.rerun:
                 raise _NoRerun(exc) from exc
             contended.update(exc.keys)
             raise
@@ -207,6 +220,15 @@ async def run_turn(
         return await retry_on_conflict(attempts - 1, attempt, rerun=True)
     except _NoRerun as stop:
         raise stop.conflict from None
+
+
+@asynccontextmanager
+async def _queued(queues: TurnQueues, keys: set[str]) -> AsyncIterator[None]:
+    """Hold the in-process queue of each of `keys` (in one order, so turns cannot deadlock)."""
+    async with AsyncExitStack() as held:
+        for key in sorted(keys):
+            await held.enter_async_context(queues.turn(("key", key)))
+        yield
 
 
 class _NoRerun(Exception):

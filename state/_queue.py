@@ -9,21 +9,23 @@ activity of its own conversation) does not wait for itself: it runs unqueued.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Hashable
 from contextvars import ContextVar, Token
 
-_HELD: ContextVar[frozenset[tuple[int, Hashable]]] = ContextVar(
-    "agent_state_held_queues", default=frozenset()
+_HELD: ContextVar[tuple[tuple[int, Hashable], ...]] = ContextVar(
+    "agent_state_held_queues", default=()
 )
+"""The queues the current turn (and the tasks it starts) holds: (id of TurnQueues, key)."""
 
 
 class TurnQueues:
-    """FIFO locks by key (asyncio locks wake waiters in arrival order)."""
+    """FIFO queues by key: a turn waits only when another holds its key."""
 
     __slots__ = ("_queues",)
 
     def __init__(self) -> None:
-        self._queues: dict[Hashable, _Queue] = {}
+        self._queues: dict[Hashable, deque[asyncio.Future[None]]] = {}
 
     def turn(self, key: Hashable) -> _Place:
         """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
@@ -35,51 +37,50 @@ class TurnQueues:
         return len(self._queues)
 
 
-class _Queue:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
-
-
 class _Place:
-    """One turn's place in a queue (a class, not a generator: every turn pays for it)."""
+    """One turn's place in a queue (a class, not a generator: every turn pays for it).
 
-    __slots__ = ("_queues", "_key", "_queue", "_token")
+    The queue of a key is the deque of the turns waiting behind the one that holds it; a
+    turn leaving hands the key to the first waiter, or removes the queue if none waits."""
 
-    def __init__(self, queues: dict[Hashable, _Queue], key: Hashable) -> None:
+    __slots__ = ("_queues", "_key", "_token")
+
+    def __init__(self, queues: dict[Hashable, deque[asyncio.Future[None]]], key: Hashable) -> None:
         self._queues, self._key = queues, key
-        self._queue: _Queue | None = None
-        self._token: Token[frozenset[tuple[int, Hashable]]] | None = None
+        self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
 
     async def __aenter__(self) -> None:
         held = _HELD.get()
         mark = (id(self._queues), self._key)
         if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
             return
-        queue = self._queues.get(self._key)
-        if queue is None:
-            queue = self._queues[self._key] = _Queue()
-        queue.users += 1
-        try:
-            await queue.lock.acquire()
-        except BaseException:
-            self._leave(queue)
-            raise
-        self._queue = queue
-        self._token = _HELD.set(held | {mark})
+        waiting = self._queues.get(self._key)
+        if waiting is None:
+            self._queues[self._key] = deque()
+        else:
+            place = asyncio.get_running_loop().create_future()
+            waiting.append(place)
+            try:
+                await place
+            except BaseException:
+                if place.done() and not place.cancelled():  # handed the key as it was cancelled
+                    self._hand_on()
+                elif place in waiting:
+                    waiting.remove(place)
+                raise
+        self._token = _HELD.set((*held, mark))
 
     async def __aexit__(self, *exc_info: object) -> None:
-        queue = self._queue
-        if queue is None:
-            return
         if self._token is not None:
             _HELD.reset(self._token)
-        queue.lock.release()
-        self._leave(queue)
+            self._hand_on()
 
-    def _leave(self, queue: _Queue) -> None:
-        queue.users -= 1
-        if not queue.users:
-            del self._queues[self._key]
+    def _hand_on(self) -> None:
+        """Give the key to the first turn still waiting, or drop the empty queue."""
+        waiting = self._queues[self._key]
+        while waiting:
+            place = waiting.popleft()
+            if not place.done():
+                place.set_result(None)
+                return
+        del self._queues[self._key]
