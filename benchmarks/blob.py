@@ -3,7 +3,10 @@
 Every system runs the same message turn over a pool of conversations (one user each): the
 handler bumps a counter in conversation state and sends a reply.
 
-- agent-state: `AgentApplication` on `open_storage("azure-blob://...")`.
+- agent-state: `AgentApplication` on `open_storage("azure-blob://...")`. Activities carry
+  no id, as neither SDK then keeps a delivery record; the last row sends each with a fresh
+  id, so our turn also saves its delivery record, all-or-nothing with the conversation (a
+  commit through intents on Blob): what exactly-once delivery costs, not a comparison.
 - Microsoft 365 Agents SDK: its `AgentApplication` on its own blob storage
   (`microsoft-agents-storage-blob`), each turn a `TurnContext` on a stub adapter.
 - raw floor: the HTTP our turn needs and nothing else, on the same SDK: concurrent GETs of
@@ -89,11 +92,13 @@ def ids(i: int) -> tuple[str, str]:
     return f"user-{i % CONVERSATIONS}", f"conversation-{i % CONVERSATIONS}"
 
 
-def activity(i: int) -> dict[str, Any]:
+def activity(i: int, with_id: bool = False) -> dict[str, Any]:
+    """Turn `i`'s activity: without an id, as the M365 SDK needs none (no delivery record is
+    kept), or with a fresh one (agent-state then saves its delivery record in the turn)."""
     user, conversation = ids(i)
     return {
         "type": "message",
-        "id": uuid.uuid4().hex,
+        **({"id": uuid.uuid4().hex} if with_id else {}),
         "channelId": CHANNEL,
         "serviceUrl": "http://localhost",
         "text": "hi",
@@ -106,7 +111,7 @@ def activity(i: int) -> dict[str, Any]:
 # --- agent-state ---------------------------------------------------------------------------
 
 
-def ours(storage: Storage) -> Turn:
+def ours(storage: Storage, with_ids: bool = False) -> Turn:
     app = AgentApplication(storage, app_name="bench")
 
     @app.message()
@@ -117,7 +122,7 @@ def ours(storage: Storage) -> Turn:
         await ctx.send(f"count {count}")
 
     async def turn(i: int) -> None:
-        await app.process(activity(i))
+        await app.process(activity(i, with_ids))
 
     return turn
 
@@ -233,6 +238,7 @@ async def run(connection_string: str, turns: int, rounds: int, rtts: list[float]
             Row("raw SDK floor (4 GETs || + 1 PUT)", floor(floor_container)),
             Row("agent-state AgentApplication", ours(ours_storage)),
             Row("M365 Agents SDK AgentApplication", microsoft(ms_storage)),
+            Row("agent-state, activities with ids", ours(ours_storage, with_ids=True)),
         ]
         for row in rows:  # warm up: connections, and every conversation's state exists
             for i in range(2 * CONVERSATIONS):
@@ -257,13 +263,15 @@ async def run(connection_string: str, turns: int, rounds: int, rtts: list[float]
 
 
 def report(turns: int, rounds: int, rtt: float, rows: list[Row]) -> bool:
-    floor_row, ours_row, ms_row = rows
+    floor_row, ours_row, ms_row, ids_row = rows
     network = f"+ {rtt:g} ms modelled round trip per request" if rtt else "on loopback"
     print(f"Azure Blob, Azurite {network}: {turns} sequential turns per round, median of {rounds}")
     print(f"{'system':<36}{'turns/s':>10}{'HTTP req/turn':>15}{'ours / it':>11}")
     for row in rows:
         ratio = (
-            "" if row is ours_row else f"{ours_row.turns_per_second / row.turns_per_second:.2f}x"
+            ""
+            if row in (ours_row, ids_row)
+            else f"{ours_row.turns_per_second / row.turns_per_second:.2f}x"
         )
         print(
             f"{row.name:<36}{row.turns_per_second:>10,.1f}{row.requests_per_turn:>15.2f}{ratio:>11}"
