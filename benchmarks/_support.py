@@ -45,6 +45,22 @@ def server(command: list[str], port: int, name: str, timeout: float = 15.0) -> I
         process.wait(10)
 
 
+def ms_message(
+    channel: str, user: str, conversation: str, activity_id: str | None = None
+) -> ms_activity.Activity:
+    """A message activity "hi" for the M365 SDK, from `user` in `conversation`."""
+    return ms_activity.Activity(
+        type="message",
+        id=activity_id,
+        channel_id=channel,
+        service_url="http://localhost",
+        from_property=ms_activity.ChannelAccount(id=user),
+        recipient=ms_activity.ChannelAccount(id="bot"),
+        conversation=ms_activity.ConversationAccount(id=conversation),
+        text="hi",
+    )
+
+
 class StubAdapter(ChannelAdapter):
     """Keeps sent activities on the turn instead of posting them to a channel."""
 

@@ -37,13 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from _support import NoConnections, StubAdapter, free_port, server
+from _support import NoConnections, StubAdapter, free_port, ms_message, server
 from azure.core import MatchConditions
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey, documents
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
-from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.storage.cosmos import CosmosDBStorage, CosmosDBStorageConfig
 
@@ -133,16 +132,7 @@ def microsoft(storage: CosmosDBStorage, changed: bool) -> Turn:
 
     async def turn(i: int) -> None:
         user, conversation = ids(i)
-        activity = ms_activity.Activity(
-            type="message",
-            id=uuid.uuid4().hex,
-            channel_id=CHANNEL,
-            service_url="http://localhost",
-            from_property=ms_activity.ChannelAccount(id=user),
-            recipient=ms_activity.ChannelAccount(id="bot"),
-            conversation=ms_activity.ConversationAccount(id=conversation),
-            text="hi",
-        )
+        activity = ms_message(CHANNEL, user, conversation, uuid.uuid4().hex)
         await app.on_turn(ms.TurnContext(adapter, activity))
 
     return turn

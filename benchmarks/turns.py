@@ -34,10 +34,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
-from _support import NoConnections, StubAdapter
+from _support import NoConnections, StubAdapter, ms_message
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
-from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 
 from agent_state import Activity, AgentApplication, TurnContext, TurnState, conversation_key
@@ -174,19 +173,7 @@ async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
         if scenario.replies:
             await ctx.send_activity(f"count {count}")
 
-    activities = [
-        ms_activity.Activity(
-            type="message",
-            id=f"a{i}",
-            channel_id="bench",
-            service_url="http://localhost",
-            from_property=ms_activity.ChannelAccount(id=f"user-{i}"),
-            recipient=ms_activity.ChannelAccount(id="bot"),
-            conversation=ms_activity.ConversationAccount(id=f"conv-{i}"),
-            text="hi",
-        )
-        for i in range(POOL)
-    ]
+    activities = [ms_message("bench", f"user-{i}", f"conv-{i}", f"a{i}") for i in range(POOL)]
     seed = seed_state(scenario.big)
     for activity in activities:
         ctx = ms.TurnContext(adapter, activity)

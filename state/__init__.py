@@ -28,6 +28,7 @@ from ._errors import (
     StateValidationError,
     StateValueError,
 )
+from ._history import History, HistoryError
 from ._ids import TurnIds
 from ._keys import (
     ParsedKey,
@@ -43,6 +44,18 @@ from ._keys import (
 from ._lifecycle import open_turn
 from ._plan import Scopes
 from ._registry import open_storage
+from ._runs import (
+    Run,
+    RunConflictError,
+    RunStateError,
+    Selection,
+    accept_run,
+    cancel_run,
+    literal,
+    model_messages,
+    next_turn,
+    open_run,
+)
 from ._scopes import AppState, ConversationState, SessionState, TempState, UserState
 from ._turn_state import TurnState
 
@@ -56,10 +69,16 @@ __all__ = [
     "ChannelAccount",
     "ConversationAccount",
     "ConversationState",
+    "History",
+    "HistoryError",
     "MissingIdError",
     "ParsedKey",
+    "Run",
+    "RunConflictError",
+    "RunStateError",
     "ScopeError",
     "Scopes",
+    "Selection",
     "SessionState",
     "StateClosedError",
     "StateConflictError",
@@ -72,12 +91,18 @@ __all__ = [
     "TurnIds",
     "TurnState",
     "UserState",
+    "accept_run",
     "app_key",
+    "cancel_run",
     "conversation_key",
     "edit_state",
     "escape_segment",
     "list_conversations",
     "list_users",
+    "literal",
+    "model_messages",
+    "next_turn",
+    "open_run",
     "open_state",
     "open_storage",
     "open_turn",

@@ -31,7 +31,7 @@ MERGE_RETRIES = 3
 TURN_ATTEMPTS = 10
 """How many times `run_turn` runs a turn whose changes could not be merged (first run too)."""
 BACKOFF_BASE = 0.002
-BACKOFF_CAP = 0.1
+BACKOFF_CAP = 1.0
 """Seconds: before run n+1 a turn waits a random time up to min(CAP, BASE * 2**n)."""
 
 
@@ -41,7 +41,7 @@ async def read_turn(
     """The `TurnState` of `ids`, every persisted bucket of it read in one batched read, with
     `extra_keys` (the framework's own documents of the turn, see `TurnState.attach`)."""
     keys = scopes.plan(ids).keys + extra_keys
-    return TurnState(ids, scopes, await storage.read(keys) if keys else {})
+    return TurnState(ids, scopes, await storage.read(keys) if keys else {}, storage.read)
 
 
 async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:

@@ -9,11 +9,12 @@ and `"user:profile.name"` works too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from ._bucket import AgentState
 from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
+from ._history import History
 from ._ids import TurnIds
 from ._paths import MISSING, split_path
 from ._plan import Scopes
@@ -28,17 +29,21 @@ class TurnState:
     first used: a scope the turn never touches costs nothing beyond its share of the read.
     """
 
-    __slots__ = ("ids", "discarded", "closed", "rerun", "_plan", "_buckets", "_found")
+    __slots__ = (
+        "ids", "discarded", "closed", "rerun", "_plan", "_buckets", "_found", "_read", "_history"
+    )  # fmt: skip
 
     def __init__(
         self,
         ids: TurnIds,
         scopes: Scopes | Iterable[type[AgentState]] = (),
         found: Mapping[str, StoreItem] | None = None,
+        read: Callable[[list[str]], Awaitable[dict[str, StoreItem]]] | None = None,
     ) -> None:
         """The buckets of `ids` planned by `scopes` (a `Scopes`, or custom scope classes added
         to the built-in ones), starting from the stored `found` items (`open_turn` reads them
-        in one batch; keys not found start empty)."""
+        in one batch; keys not found start empty). `read` (the storage's) serves the
+        documents a turn loads later (`fetch`: its session's history)."""
         self.ids = ids
         self.discarded = False
         self.closed = False
@@ -46,6 +51,8 @@ class TurnState:
         self._plan = (scopes if isinstance(scopes, Scopes) else Scopes(scopes)).plan(ids)
         self._buckets: dict[str, AgentState] = {}
         self._found = dict(found or {})
+        self._read = read
+        self._history: History | None = None
 
     def stored_buckets(self) -> list[AgentState]:
         """The persisted buckets this turn has used so far (the only ones that can change)."""
@@ -58,6 +65,25 @@ class TurnState:
         if bucket is None:
             bucket = self._buckets[key] = cls(key, self._found.pop(key, None))
         return bucket
+
+    async def fetch(self, documents: Mapping[str, type[AgentState]]) -> list[AgentState]:
+        """Framework documents (key -> class) read after the turn's first read, those not
+        yet loaded in one more read; saved with the turn like `attach`ed ones."""
+        if self.closed:
+            raise StateClosedError("history")
+        missing = [key for key in documents if key not in self._buckets and key not in self._found]
+        if missing:
+            if self._read is None:
+                raise RuntimeError("this TurnState was made without a storage to read from")
+            self._found.update(await self._read(missing))
+        return [self.attach(cls, key) for key, cls in documents.items()]
+
+    @property
+    def history(self) -> History:
+        """The message history of this turn's session (see `agent_state.History`)."""
+        if self._history is None:
+            self._history = History(self, _require_key(self.scope("session")))
+        return self._history
 
     def changed(self) -> bool:
         """Whether saving the turn now would write anything."""
@@ -197,3 +223,10 @@ class TurnState:
                 raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
             return self.scope(first), split_path(rest)
         return self.scope("session"), split_path(path)
+
+
+def _require_key(bucket: AgentState) -> str:
+    """The key of a persisted bucket (the session's, for its history)."""
+    if bucket.key is None:
+        raise ScopeError(f"the {bucket.scope} scope is not stored, so it keeps no history")
+    return bucket.key

@@ -18,13 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = {
     "agent_state": [
         "Activity", "ActivityConflictError", "ActivityError", "AgentApplication", "AgentState",
-        "AppState", "ChannelAccount", "ConversationAccount", "ConversationState", "MissingIdError",
-        "ParsedKey", "ScopeError", "Scopes", "SessionState", "StateClosedError",
+        "AppState", "ChannelAccount", "ConversationAccount", "ConversationState", "History",
+        "HistoryError", "MissingIdError", "ParsedKey", "Run", "RunConflictError", "RunStateError",
+        "ScopeError", "Scopes", "Selection", "SessionState", "StateClosedError",
         "StateConflictError", "StateError", "StatePathError", "StateValidationError",
         "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState", "UserState",
-        "app_key", "conversation_key", "edit_state", "escape_segment", "list_conversations",
-        "list_users", "open_state", "open_storage", "open_turn", "open_user", "parse_key",
-        "read_state", "session_key", "unescape_segment", "user_key", "write_group",
+        "accept_run", "app_key", "cancel_run", "conversation_key", "edit_state", "escape_segment",
+        "list_conversations", "list_users", "literal", "model_messages", "next_turn", "open_run",
+        "open_state", "open_storage", "open_turn", "open_user", "parse_key", "read_state",
+        "session_key", "unescape_segment", "user_key", "write_group",
     ],
     "agent_state.backends": [
         "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",

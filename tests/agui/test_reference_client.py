@@ -69,6 +69,12 @@ DIVERGENT: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "remove-root": (_run(BASE, _delta({"op": "remove", "path": ""})), _run(None)),
     "move-root-into-child": (_run(BASE, _delta({"op": "move", "from": "", "path": "/a"})), None),
     "move-missing-to-root": (_run(BASE, _delta({"op": "move", "from": "/zz", "path": ""})), None),
+    "delta-on-a-scalar-state": (
+        _run(
+            BASE, {"type": "STATE_SNAPSHOT", "snapshot": ""}, _delta({"op": "remove", "path": "/a"})
+        ),
+        None,
+    ),
     "duplicate-unseen-ids": (
         _run(
             {},
@@ -128,6 +134,13 @@ def test_known_divergences_from_the_reference() -> None:
     assert results["move-missing-to-root"]["patchWarnings"] == 0
     mirror, fatal, skipped = mine["move-missing-to-root"]
     assert fatal is None and skipped == 1 and mirror.needs_resync
+
+    # After a snapshot that is no object or array, the reference applies a delta as property
+    # operations on a JS primitive: they "succeed" without a warning; RFC 6902 refuses them.
+    assert results["delta-on-a-scalar-state"]["state"] == ""
+    assert results["delta-on-a-scalar-state"]["patchWarnings"] == 0
+    mirror, fatal, skipped = mine["delta-on-a-scalar-state"]
+    assert fatal is None and mirror.state == "" and skipped == 1 and mirror.needs_resync
 
     # One id twice in a snapshot: the reference appends both messages, the mirror keeps one
     # (the last occurrence's content at the first occurrence's place).

@@ -13,12 +13,10 @@ activities are then redelivered, as a channel would, to a fresh process.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -26,8 +24,8 @@ import pytest
 
 from agent_state import conversation_key, open_storage, session_key, user_key
 from agent_state.backends import MemoryStorage, Storage
-from tests.conftest import server_missing
 from tests.history.worker import CONVERSATIONS, KILLED, USERS, application, deliver, run
+from tests.stores import SHARED, STORES
 
 TURNS = 60
 PROCESSES = 3
@@ -92,53 +90,13 @@ async def test_memory_history_is_serial() -> None:
     await check(storage, [line for part in lines for line in part])
 
 
-def _env(name: str, what: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        server_missing(f"{what} (${name} is not set)")
-    return str(value)
-
-
-def _file(tmp: str) -> str:
-    return f"file://{tmp}/history"
-
-
-def _redis(tmp: str) -> str:
-    return f"{_env('AGENT_STATE_REDIS_URL', 'Redis')}?namespace=h-{uuid.uuid4().hex[:8]}"
-
-
-def _cluster(tmp: str) -> str:
-    url = _env("AGENT_STATE_REDIS_CLUSTER_URL", "a Redis cluster")
-    return f"{url}?cluster=true&namespace=h-{uuid.uuid4().hex[:8]}"
-
-
-def _blob(tmp: str) -> str:
-    _env("AGENT_STATE_AZURITE_CONNECTION_STRING", "Azurite")
-    container = f"history-{uuid.uuid4().hex[:12]}"
-    return f"azure-blob://{container}?connection_string_env=AGENT_STATE_AZURITE_CONNECTION_STRING"
-
-
-def _cosmos(tmp: str) -> str:
-    endpoint = _env("AGENT_STATE_COSMOS_ENDPOINT", "the Cosmos DB emulator")
-    os.environ.setdefault("AZURE_COSMOS_ENDPOINT", endpoint)
-    os.environ.setdefault("AZURE_COSMOS_KEY", _env("AGENT_STATE_COSMOS_KEY", "its key"))
-    return f"cosmos://history/h{uuid.uuid4().hex[:12]}?create=true"
-
-
-BACKENDS: dict[str, tuple[Callable[[str], str], bool]] = {
-    "file": (_file, True),
-    "redis": (_redis, False),
-    "redis-cluster": (_cluster, True),
-    "blob": (_blob, True),
-    "cosmos": (_cosmos, True),
-}
-"""Backend -> (its URL for a fresh store, whether faults are injected there)."""
+FAULTS = {"file": True, "redis": False, "redis-cluster": True, "blob": True, "cosmos": True}
+"""Backend -> whether faults are injected there (standalone Redis: the plain run)."""
 
 
 @pytest.fixture
 async def url(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[str]:
-    make, _ = BACKENDS[request.param]
-    yield make(str(tmp_path))
+    yield STORES[request.param](str(tmp_path))
 
 
 def _workers(url: str, faults: bool) -> list[subprocess.Popen[str]]:
@@ -157,9 +115,9 @@ def _workers(url: str, faults: bool) -> list[subprocess.Popen[str]]:
     ]
 
 
-@pytest.mark.parametrize("url", list(BACKENDS), indirect=True)
+@pytest.mark.parametrize("url", SHARED, indirect=True)
 async def test_history_across_processes_is_serial(url: str, request: pytest.FixtureRequest) -> None:
-    faults = BACKENDS[request.node.callspec.params["url"]][1]
+    faults = FAULTS[request.node.callspec.params["url"]]
     lines: list[dict[str, Any]] = []
     unfinished: list[dict[str, Any]] = []
     for seed, worker in enumerate(_workers(url, faults)):

@@ -1,0 +1,204 @@
+"""A session's message history: an append-only log in pages, saved with the turn.
+
+Stored under the session's key `S`, so it shares the conversation's write group (one Redis
+slot, one Cosmos DB partition) and commits with the turn's buckets:
+
+- `S/history`, the head: `{"format": 1, "page_size": P, "count": n, "tail": [...]}`, the
+  last `n % P` messages; when the tail fills, its messages become a page;
+- `S/history/pages/<k>`: `{"format": 1, "messages": [...]}`, messages `k*P .. k*P+P-1`,
+  written once and never again;
+- `S/history/ids/<id>`: `{"format": 1, "seq": i}`, where message `id` sits.
+
+A turn reads the head when it first touches the history, with the index entries of the
+ids it appends (to refuse duplicates), in one read; its save writes the head, a page when
+the tail fills and an entry per message. Nothing of it grows with the history. Reads load
+the pages they need in one read. A stored document of another format is refused with
+`FormatError`, never rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from ._bucket import AgentState
+from ._errors import StateError
+from ._keys import escape_segment
+from .backends import FormatError, InvalidValueError
+from .backends._json import JsonRuleError, encode_json
+
+if TYPE_CHECKING:
+    from ._turn_state import TurnState
+
+FORMAT: Final = 1
+PAGE_SIZE: Final = 32
+"""Messages per page (and at most in the head's tail)."""
+ROLES: Final = frozenset(
+    {"user", "assistant", "system", "developer", "tool", "reasoning", "activity"}
+)
+
+
+class HistoryError(StateError, ValueError):
+    """A message that cannot join the history (no id, an unknown role, not JSON, an id the
+    history already holds) or a read from an id it does not hold."""
+
+
+class _Head(AgentState):
+    scope = "history"
+
+
+class _Page(AgentState):
+    scope = "history_page"
+
+
+class _Entry(AgentState):
+    scope = "history_index"
+
+
+def check_message(message: object) -> dict[str, Any]:
+    """A copy of `message` if it is a valid history message; else `HistoryError`."""
+    if not isinstance(message, Mapping):
+        raise HistoryError(f"a message must be a JSON object, not {type(message).__name__}")
+    ident, role = message.get("id"), message.get("role")
+    if not isinstance(ident, str) or not ident:
+        raise HistoryError(f"a message needs a non-empty string id, got {ident!r:.80}")
+    if role not in ROLES:
+        raise HistoryError(
+            f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
+        )
+    try:
+        copy: dict[str, Any] = orjson.loads(encode_json(dict(message)))
+    except (JsonRuleError, InvalidValueError) as exc:
+        raise HistoryError(f"message {ident!r} is not JSON: {exc}") from None
+    return copy
+
+
+class History:
+    """The history of the turn's session (`state.history`): `await` its reads and appends;
+    what a turn appends is saved with the turn, all-or-nothing with its buckets."""
+
+    __slots__ = ("_state", "_key", "_head")
+
+    def __init__(self, state: TurnState, session_key: str) -> None:
+        self._state, self._key = state, f"{session_key}/history"
+        self._head: AgentState | None = None
+
+    async def count(self) -> int:
+        """How many messages the history holds (this turn's appends included)."""
+        return int((await self._loaded_head()).get("count", 0))
+
+    async def append(self, *messages: Mapping[str, Any]) -> None:
+        """Append messages (each a JSON object with a unique `id` and a known `role`),
+        checked before anything changes; saved when the turn is."""
+        checked = [check_message(message) for message in messages]
+        ids = [message["id"] for message in checked]
+        if len(set(ids)) != len(ids):
+            raise HistoryError(f"messages to append repeat an id: {ids}")
+        wanted: dict[str, type[AgentState]] = {self._entry_key(i): _Entry for i in ids}
+        if self._head is None:
+            wanted[self._key] = _Head  # one read for the head and the new ids' entries
+        entries = (await self._state.fetch(wanted))[: len(ids)]
+        head = await self._loaded_head()
+        taken = [i for i, entry in zip(ids, entries, strict=True) if _check(entry) is not None]
+        if taken:
+            raise HistoryError(f"the history already holds message id(s) {taken}")
+        count, tail = int(head.get("count", 0)), list(head.get("tail", []))
+        for entry, message in zip(entries, checked, strict=True):
+            entry["format"], entry["seq"] = FORMAT, count
+            tail.append(message)
+            count += 1
+            if len(tail) == PAGE_SIZE:
+                page = self._state.attach(_Page, self._page_key(count // PAGE_SIZE - 1))
+                page["format"], page["messages"] = FORMAT, tail
+                tail = []
+        head["format"], head["page_size"], head["count"], head["tail"] = (
+            FORMAT, PAGE_SIZE, count, tail,
+        )  # fmt: skip
+
+    async def last(self, n: int) -> list[dict[str, Any]]:
+        """The last `n` messages, oldest first."""
+        count = await self.count()
+        return await self._slice(max(0, count - _limit(n)), count)
+
+    async def first(self, n: int) -> list[dict[str, Any]]:
+        """The first `n` messages (all of them if fewer), oldest first."""
+        return await self._slice(0, min(_limit(n), await self.count()))
+
+    async def after(self, message_id: str | None, limit: int = 50) -> list[dict[str, Any]]:
+        """Up to `limit` messages after `message_id` (None: from the first), oldest first."""
+        start = 0 if message_id is None else await self._seq(message_id) + 1
+        return await self._slice(start, min(start + _limit(limit), await self.count()))
+
+    async def before(self, message_id: str | None, limit: int = 50) -> list[dict[str, Any]]:
+        """Up to `limit` messages before `message_id` (None: up to the last), oldest first."""
+        end = await self.count() if message_id is None else await self._seq(message_id)
+        return await self._slice(max(0, end - _limit(limit)), end)
+
+    async def upto(self, message_id: str) -> list[dict[str, Any]]:
+        """Every message up to and including `message_id`, oldest first."""
+        return await self._slice(0, await self._seq(message_id) + 1)
+
+    async def _slice(self, start: int, end: int) -> list[dict[str, Any]]:
+        """Messages `start .. end - 1`, read from the pages they are on and the tail."""
+        if start >= end:
+            return []
+        head = await self._loaded_head()
+        count = int(head.get("count", 0))
+        tail_start = count - len(head.get("tail", []))
+        page_end = min(end, tail_start)
+        numbers = range(start // PAGE_SIZE, (page_end - 1) // PAGE_SIZE + 1)
+        keys = [self._page_key(k) for k in numbers] if start < page_end else []
+        pages = await self._state.fetch(dict.fromkeys(keys, _Page))
+        messages: list[Any] = []
+        for key, page in zip(keys, pages, strict=True):
+            stored = _check(page)
+            if stored is None or len(stored.get("messages", [])) != PAGE_SIZE:
+                raise FormatError(key, "is a missing or short history page")
+            messages += stored["messages"]
+        first = (start // PAGE_SIZE) * PAGE_SIZE if keys else tail_start
+        if end > tail_start:
+            messages += head.get("tail", [])
+        picked = messages[start - first : end - first]
+        return list(orjson.loads(orjson.dumps(picked)))  # the caller's own copies
+
+    async def _seq(self, message_id: str) -> int:
+        (entry,) = await self._state.fetch({self._entry_key(message_id): _Entry})
+        stored = _check(entry)
+        if stored is None:
+            raise HistoryError(f"the history holds no message {message_id!r}")
+        return int(stored["seq"])
+
+    async def _loaded_head(self) -> AgentState:
+        if self._head is None:
+            (head,) = await self._state.fetch({self._key: _Head})
+            stored = _check(head)
+            if stored is not None and stored.get("page_size") != PAGE_SIZE:
+                raise FormatError(self._key, f"has page size {stored.get('page_size')!r}")
+            self._head = head
+        return self._head
+
+    def _page_key(self, number: int) -> str:
+        return f"{self._key}/pages/{number}"
+
+    def _entry_key(self, message_id: str) -> str:
+        return f"{self._key}/ids/{escape_segment(message_id, what='message id')}"
+
+
+def _check(bucket: AgentState) -> dict[str, Any] | None:
+    """The stored content of a history document (None: there is none yet); `FormatError`
+    for a document of another format."""
+    if not bucket:
+        return None
+    version = bucket.get("format")
+    if version != FORMAT:
+        raise FormatError(bucket.key or "", f"has history format {version!r}; this reader"
+                          f" knows format {FORMAT} only")  # fmt: skip
+    return bucket.data  # type: ignore[no-any-return]
+
+
+def _limit(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise HistoryError(f"a message count must be an int >= 0, got {n!r}")
+    return n

@@ -1,0 +1,257 @@
+"""Runs: one invocation of the agent for a session, recorded from acceptance to its end.
+
+A run's record lives at `S/runs/<id>` under its session's key `S` (with the session's
+history and documents): `accepted`, then `completed`, `failed` or `cancelled`, with a
+digest of its input, the history it was given (`Selection`), the messages it added and its
+result. `accept_run` stores the record before anything runs, so "no record" never means
+"not started" once a run was accepted; submitting the same id with the same input again
+returns that run instead of starting a second, another input under the id is a
+`RunConflictError`. `open_run` is the run's turn: its appends and its completion are one
+commit; a failure or a cancellation is recorded as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from ._bucket import AgentState
+from ._errors import StateError
+from ._history import HistoryError, check_message
+from ._ids import TurnIds
+from ._keys import escape_segment
+from ._lifecycle import open_turn, run_turn
+from ._turn_state import TurnState
+from .backends import FormatError, Storage
+
+FORMAT: Final = 1
+STATUSES: Final = ("accepted", "completed", "failed", "cancelled")
+
+
+class RunConflictError(StateError, ValueError):
+    """A run id that was already submitted arrived with another input."""
+
+
+class RunStateError(StateError, ValueError):
+    """A run is not in the state an operation needs (not accepted, not completed, unknown
+    in this session)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The history a run's model call is built from, chosen explicitly (`literal`,
+    `next_turn`); `drop_reasoning` leaves out reasoning messages, for this run and every
+    run that builds on it."""
+
+    kind: str
+    messages: tuple[dict[str, Any], ...] = ()
+    system: tuple[dict[str, Any], ...] = ()
+    run_id: str | None = None
+    drop_reasoning: bool = False
+
+    def without_prior_reasoning(self) -> Selection:
+        return Selection(self.kind, self.messages, self.system, self.run_id, True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "messages": list(self.messages), "system": list(self.system),
+                "run": self.run_id, "drop_reasoning": self.drop_reasoning}  # fmt: skip
+
+
+def literal(messages: Iterable[dict[str, Any]]) -> Selection:
+    """Exactly these messages (the client keeps the history; `literal([])` for none), each
+    checked like any untrusted message."""
+    return Selection("literal", tuple(check_message(m) for m in messages))
+
+
+def next_turn(
+    completed_run_id: str,
+    system_messages: Iterable[dict[str, Any]] = (),
+    fresh_messages: Iterable[dict[str, Any]] = (),
+) -> Selection:
+    """The session's messages up to and including those of a completed run of the same
+    session, after `system_messages` and followed by `fresh_messages` (no system ones)."""
+    if not isinstance(completed_run_id, str) or not completed_run_id:
+        raise RunStateError(f"next_turn needs the id of a completed run, got {completed_run_id!r}")
+    system = tuple(check_message(m) for m in system_messages)
+    fresh = tuple(check_message(m) for m in fresh_messages)
+    if any(m["role"] != "system" for m in system):
+        raise HistoryError("system_messages may hold only messages with role 'system'")
+    if any(m["role"] == "system" for m in fresh):
+        raise HistoryError("fresh messages may not hold system messages")
+    return Selection("next_turn", fresh, system, completed_run_id)
+
+
+class RunRecord(AgentState):
+    """The stored record of one run (no scope of its own: attached under its session)."""
+
+    scope = "run"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run as `accept_run` found or made it: `resubmitted` when it was there already."""
+
+    ids: TurnIds
+    run_id: str
+    status: str
+    selection: dict[str, Any]
+    resubmitted: bool
+    result: Any = None
+
+
+def run_key(session_key: str, run_id: str) -> str:
+    return f"{session_key}/runs/{escape_segment(run_id, what='run id')}"
+
+
+def input_digest(run_input: Any) -> str:
+    try:
+        wire = orjson.dumps(run_input, option=orjson.OPT_SORT_KEYS)
+    except TypeError as exc:
+        raise RunStateError(f"a run's input must be JSON: {exc}") from None
+    return hashlib.sha256(wire).hexdigest()
+
+
+async def accept_run(
+    storage: Storage,
+    ids: TurnIds,
+    run_id: str,
+    run_input: Any,
+    *,
+    history: Selection,
+    parent: str | None = None,
+) -> Run:
+    """Record run `run_id` of the session of `ids` as accepted, before it runs; the same id
+    with the same input returns the run already recorded (`resubmitted`), with another
+    input raises `RunConflictError`. `history` must be chosen (`literal`, `next_turn`)."""
+    if not isinstance(history, Selection):
+        raise HistoryError("choose the run's history: literal([...]) or next_turn(run_id, ...)")
+    digest = input_digest(run_input)
+
+    async def accept(state: TurnState, attempt: int) -> Run:
+        key = run_key(_session(state), run_id)
+        (record,) = await state.fetch({key: RunRecord})
+        if _stored(record) is not None:
+            state.discard()
+            if record["input"] != digest:
+                raise RunConflictError(f"run {run_id!r} was submitted with another input")
+            return _run(ids, run_id, record, resubmitted=True)
+        selection = history.to_json()
+        if history.kind == "next_turn":
+            (before,) = await state.fetch(
+                {run_key(_session(state), str(history.run_id)): RunRecord}
+            )
+            if _stored(before) is None or before["status"] != "completed":
+                raise RunStateError(
+                    f"run {history.run_id!r} is not a completed run of this session"
+                )
+            selection["drop_reasoning"] |= before["selection"]["drop_reasoning"]
+        if parent is not None:
+            (above,) = await state.fetch({run_key(_session(state), parent): RunRecord})
+            if _stored(above) is None:
+                raise RunStateError(f"parent run {parent!r} is not a run of this session")
+            above["children"] = [*above.get("children", []), run_id]
+        record.update({"format": FORMAT, "id": run_id, "status": "accepted", "input": digest,
+                       "selection": selection, "parent": parent, "children": [],
+                       "messages": [], "result": None, "error": None})  # fmt: skip
+        return _run(ids, run_id, record, resubmitted=False)
+
+    return await run_turn(storage, ids, accept)  # a concurrent submission: run again, see it
+
+
+async def model_messages(state: TurnState, run: Run) -> list[dict[str, Any]]:
+    """The messages of the run's model call, as its `Selection` chose them."""
+    selection = run.selection
+    if selection["kind"] == "literal":
+        messages = list(selection["messages"])
+    else:
+        (before,) = await state.fetch({run_key(_session(state), selection["run"]): RunRecord})
+        inherited = await state.history.first(before["history_end"])
+        messages = [*selection["system"], *inherited, *selection["messages"]]
+    if selection["drop_reasoning"]:
+        messages = [m for m in messages if m["role"] != "reasoning"]
+    return messages
+
+
+@asynccontextmanager
+async def open_run(storage: Storage, run: Run) -> AsyncIterator[TurnState]:
+    """The turn of an accepted run: what it appends to the history and its `result`
+    (`state["temp:result"]`, JSON) are committed with `completed`; an exception records `failed`,
+    a cancellation `cancelled` (each in a write of its own), and propagates."""
+    if run.status != "accepted":
+        raise RunStateError(f"run {run.run_id!r} is {run.status}, not accepted")
+    try:
+        async with open_turn(storage, run.ids) as state:
+            before = await state.history.count()
+            yield state
+            record = await _record(state, run.run_id, "accepted")
+            count = await state.history.count()
+            appended = await state.history.last(count - before)
+            record.update({"status": "completed", "messages": [m["id"] for m in appended],
+                           "history_end": count, "result": state.temp.get("result")})  # fmt: skip
+    except asyncio.CancelledError:
+        await _finish(storage, run, "cancelled", "cancelled")
+        raise
+    except BaseException as exc:
+        await _finish(storage, run, "failed", f"{type(exc).__name__}: {exc}")
+        raise
+
+
+async def cancel_run(storage: Storage, ids: TurnIds, run_id: str) -> None:
+    """Mark an accepted run cancelled, with its accepted children, in one commit."""
+
+    async def cancel(state: TurnState, attempt: int) -> None:
+        record = await _record(state, run_id, None)
+        if record["status"] != "accepted":
+            raise RunStateError(f"run {run_id!r} is {record['status']}, not accepted")
+        children = await state.fetch(
+            {run_key(_session(state), child): RunRecord for child in record.get("children", [])}
+        )
+        for run in (record, *children):
+            if _stored(run) is not None and run["status"] == "accepted":
+                run["status"], run["error"] = "cancelled", "cancelled with its parent"
+        record["error"] = "cancelled"
+
+    await run_turn(storage, ids, cancel)
+
+
+async def _finish(storage: Storage, run: Run, status: str, error: str) -> None:
+    async def finish(state: TurnState, attempt: int) -> None:
+        record = await _record(state, run.run_id, None)
+        if record["status"] == "accepted":
+            record["status"], record["error"] = status, error
+
+    await run_turn(storage, run.ids, finish)
+
+
+async def _record(state: TurnState, run_id: str, status: str | None) -> AgentState:
+    (record,) = await state.fetch({run_key(_session(state), run_id): RunRecord})
+    if _stored(record) is None:
+        raise RunStateError(f"run {run_id!r} is not a run of this session")
+    if status is not None and record["status"] != status:
+        raise RunStateError(f"run {run_id!r} is {record['status']}, not {status}")
+    return record
+
+
+def _stored(record: AgentState) -> dict[str, Any] | None:
+    if not record:
+        return None
+    if record.get("format") != FORMAT or record.get("status") not in STATUSES:
+        raise FormatError(record.key or "", "is not a run record this version reads")
+    return record.data  # type: ignore[no-any-return]
+
+
+def _run(ids: TurnIds, run_id: str, record: AgentState, *, resubmitted: bool) -> Run:
+    return Run(ids, run_id, record["status"], record["selection"], resubmitted, record["result"])
+
+
+def _session(state: TurnState) -> str:
+    key = state.session.key
+    if key is None:
+        raise RunStateError("runs belong to a session: this turn has none")
+    return key
