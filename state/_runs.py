@@ -1,13 +1,13 @@
 """Runs: one invocation of the agent for a session, recorded from acceptance to its end.
 
 A run's record lives at `S/runs/<id>` under its session's key `S` (with the session's
-history and documents): `accepted`, then `completed`, `failed` or `cancelled`, with a
-digest of its input, the history it was given (`Selection`), the messages it added and its
-result. `accept_run` stores the record before anything runs, so "no record" never means
-"not started" once a run was accepted; submitting the same id with the same input again
-returns that run instead of starting a second, another input under the id is a
-`RunConflictError`. `open_run` is the run's turn: its appends and its completion are one
-commit; a failure or a cancellation is recorded as such.
+history and documents): `accepted`, then `completed`, `failed` or `cancelled`, with its
+input (`request`) and a digest of it, the history it was given (`Selection`), the
+messages it added and its result. `accept_run` stores the record before anything runs,
+so "no record" never means "not started" once a run was accepted; submitting the same id
+with the same input again returns that run instead of starting a second, another input
+under the id is a `RunConflictError`. `open_run` is the run's turn: its appends and its
+completion are one commit; a failure or a cancellation is recorded as such.
 """
 
 from __future__ import annotations
@@ -157,8 +157,8 @@ async def accept_run(
                 raise RunStateError(f"parent run {parent!r} is not a run of this session")
             above["children"] = [*above.get("children", []), run_id]
         record.update({"format": FORMAT, "id": run_id, "status": "accepted", "input": digest,
-                       "selection": selection, "parent": parent, "children": [],
-                       "messages": [], "result": None, "error": None})  # fmt: skip
+                       "request": run_input, "selection": selection, "parent": parent,
+                       "children": [], "messages": [], "result": None, "error": None})  # fmt: skip
         return _run(ids, run_id, record, resubmitted=False)
 
     return await run_turn(storage, ids, accept)  # a concurrent submission: run again, see it

@@ -69,6 +69,7 @@ async def test_two_turns_build_each_model_call_from_the_last_completed_run(
     assert [m["id"] for m in second] == ["sys", "q1", "t1", "a1", "q2"]
     stored = await record(storage, "r2")
     assert stored["status"] == "completed" and stored["messages"] == ["a2"]
+    assert stored["request"] == {"ask": "r2"}
     assert stored["result"] == {"seen": ["sys", "q1", "t1", "a1", "q2"]}
     third = await complete(storage, "r3", next_turn("r2").without_prior_reasoning())
     assert [m["id"] for m in third] == ["q1", "a1", "a2"]
