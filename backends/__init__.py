@@ -11,19 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import (
-    ANY,
-    CONFLICT,
-    Outcomes,
-    PreparedWrite,
-    Storage,
-    StoreItem,
-    WriteGroup,
-    expired,
-    precondition_holds,
-    unavailable,
-    whole_key,
-)
+from ._base import Storage, WriteGroup, expired, unavailable, whole_key
 from ._envelope import Envelope, unwrap, wrap
 from ._errors import (
     ConflictError,
@@ -36,6 +24,7 @@ from ._errors import (
     StorageUnavailableError,
 )
 from ._file import FileStorage
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 from ._memory import MemoryStorage
 
 if TYPE_CHECKING:

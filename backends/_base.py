@@ -22,9 +22,8 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import TypeVar
 
 from ._commit import INTENT, RECORDS, commit, read_settled
 from ._envelope import dump_data
@@ -36,12 +35,10 @@ from ._errors import (
     StorageError,
     StorageUnavailableError,
 )
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
 from ._keys import check_key, check_keys, check_prefix
 
 T = TypeVar("T")
-
-ANY: Final = "*"
-"""Precondition for an unconditional write."""
 
 WriteGroup = Callable[[str], str]
 """Maps a key to its write group: its first segments (a prefix ending at a `/` or the whole
@@ -54,64 +51,8 @@ def whole_key(key: str) -> str:
     return key
 
 
-class _Conflict:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "CONFLICT"
-
-
-CONFLICT: Final = _Conflict()
-"""A primitive's outcome for a key whose precondition failed."""
-
-Outcomes = dict[str, "str | _Conflict"]
-"""What a write or delete primitive reports per key: its new etag (written; for a delete,
-any str), `CONFLICT`, or nothing (not written, as when an atomic batch is refused)."""
-
 _RECORDS = RECORDS + "/"
 _Documents = list  # the builtin, before `Storage.list` shadows the name in the class body
-
-
-@dataclass(slots=True)
-class StoreItem:
-    """A JSON document and its version.
-
-    On `write`, `etag` is the precondition: a version string (write only if the stored
-    version is still that one), `None` (only if the key does not exist) or `"*"` (always).
-    `data` is the document's JSON bytes: on `read`, the stored ones where the backend has
-    them at no cost (a change baseline), else None; on `write`, a caller that already holds
-    `orjson.dumps(value)` passes it, and it is stored as is instead of serializing again.
-    """
-
-    value: dict[str, Any]
-    etag: str | None = None
-    data: bytes | None = field(default=None, compare=False)
-    ttl: float | None = field(default=None, compare=False)
-    """On `write`: seconds this document lives, overriding the batch's `ttl`."""
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedWrite:
-    """A validated write handed to a primitive: the document's JSON bytes, its precondition
-    (an etag, None for create-only, `ANY`) and its write group."""
-
-    key: str
-    data: bytes
-    expected: str | None
-    group: str
-    ttl: float | None
-    """Seconds the document lives (None: for good)."""
-    check_only: bool = False
-    """A read check, not a write: the precondition must hold, and nothing is written."""
-
-
-def precondition_holds(expected: str | None, current: str | None) -> bool:
-    """Whether a precondition holds given the stored etag (`current`, None if absent)."""
-    if expected == ANY:
-        return True
-    if expected is None:
-        return current is None
-    return current == expected
 
 
 def expired(expires_at: float | None, now: float | None = None) -> bool:

@@ -30,21 +30,11 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobProperties, ContentSettings, StorageErrorCode
 from azure.storage.blob.aio import BlobClient, BlobServiceClient, LinearRetry
 
-from ._base import (
-    ANY,
-    CONFLICT,
-    Outcomes,
-    PreparedWrite,
-    Storage,
-    StoreItem,
-    WriteGroup,
-    _Conflict,
-    expired,
-    gather_all,
-)
+from ._base import Storage, WriteGroup, expired, gather_all
 from ._blob_names import blob_name, is_hashed, key_for_name, list_prefix
 from ._envelope import parse_head, unwrap, wrap
 from ._errors import StorageConfigError, StorageError, StorageUnavailableError
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 """Where `from_url` finds the connection string by default (the Azure SDKs' convention)."""

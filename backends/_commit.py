@@ -37,9 +37,10 @@ from ._errors import (
     StorageError,
     StorageUnavailableError,
 )
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 
 if TYPE_CHECKING:
-    from ._base import Outcomes, PreparedWrite, Storage, StoreItem
+    from ._base import Storage
 
 INTENT: Final = "~agent-state:intent"
 """The reserved member of an intent document; refused in documents callers write."""
@@ -71,10 +72,6 @@ class Intent:
     @property
     def record(self) -> str:
         return f"{RECORDS}/{self.commit}"
-
-
-def is_intent(value: dict[str, Any]) -> bool:
-    return INTENT in value
 
 
 def parse(key: str, value: dict[str, Any]) -> Intent:
@@ -111,12 +108,10 @@ async def read_settled(storage: Storage, keys: list[str]) -> dict[str, StoreItem
 async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
     """Replace the intents among `items` by what their commits decided, in place: wait for
     commits under way, abort those past their deadline, put back what aborted ones replaced."""
-    from ._base import StoreItem
-
     wait = FIRST_WAIT
     while True:
         intents = {key: parse(key, item.value) for key, item in items.items()
-                   if is_intent(item.value)}  # fmt: skip
+                   if INTENT in item.value}  # fmt: skip
         if not intents:
             return
         fates = await _fates(storage, intents.values())
@@ -166,7 +161,7 @@ async def commit(
     for _ in range(ANY_RETRIES):
         if await _commit_once(storage, writes, checks, outcomes):
             return
-        unconditional = {w.key for w in writes if w.expected == "*"}
+        unconditional = {w.key for w in writes if w.expected == ANY}
         failed = {key for key, outcome in outcomes.items() if not isinstance(outcome, str)}
         if not failed <= unconditional:
             return
@@ -177,8 +172,6 @@ async def _commit_once(
     storage: Storage, writes: list[PreparedWrite], checks: list[PreparedWrite], outcomes: Outcomes
 ) -> bool:
     """One try of `commit`; False when a precondition failed (`CONFLICT`s in `outcomes`)."""
-    from ._base import CONFLICT, precondition_holds
-
     batch = [*writes, *checks]
     current = await read_settled(storage, [p.key for p in batch])
     etags = {key: item.etag for key, item in current.items()}
@@ -270,8 +263,6 @@ async def _decide(storage: Storage, commit_id: str) -> bool:
     """The commit point: create the record as committed; False if a reader aborted the
     commit first. When the store fails to answer, learn whether the record landed by trying
     to abort it (`_InDoubt` if that fails too)."""
-    from ._base import CONFLICT
-
     try:
         fates = await _create_records(storage, [commit_id], COMMITTED, None)
     except StorageError as failure:
@@ -313,8 +304,6 @@ async def _put_back(
 ) -> dict[str, StoreItem | None]:
     """Put `undo`'s documents back where their intents still are (None: delete); per key
     done, its item (None: absent). Keys left out changed meanwhile."""
-    from ._base import PreparedWrite, StoreItem
-
     writes, deletes = [], {}
     for key, (before, etag) in undo.items():
         if etag is None:
@@ -358,8 +347,6 @@ async def _create_records(
     storage: Storage, commit_ids: Iterable[str], status: str, ttl: float | None
 ) -> dict[str, object]:
     """Create the records of `commit_ids` with `status`, create-only: per id, its outcome."""
-    from ._base import PreparedWrite
-
     writes = [
         PreparedWrite(record, orjson.dumps({"status": status}), None, storage.group_of(record), ttl)
         for record in (f"{RECORDS}/{commit_id}" for commit_id in commit_ids)

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from . import _commit
-from ._base import Outcomes, PreparedWrite, Storage, StoreItem
+from ._base import Storage
 from ._errors import ConflictError, InvalidValueError, StorageUnavailableError
+from ._items import Outcomes, PreparedWrite, StoreItem
 
 KEYS = ["k/one", "k/two"]
 

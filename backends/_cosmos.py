@@ -27,17 +27,7 @@ from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosHttpResponseError
 
-from ._base import (
-    ANY,
-    CONFLICT,
-    Outcomes,
-    PreparedWrite,
-    Storage,
-    StoreItem,
-    WriteGroup,
-    gather_all,
-    unavailable,
-)
+from ._base import Storage, WriteGroup, gather_all, unavailable
 from ._cosmos_ids import item_id, partition_value
 from ._envelope import unwrap, wrap
 from ._errors import (
@@ -46,6 +36,7 @@ from ._errors import (
     StorageConfigError,
     StorageUnavailableError,
 )
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
 
 MAX_ITEM_BYTES: Final = 2 * 1024 * 1024
 """The service's limit on an item's JSON (UTF-8), and on a transactional batch request."""

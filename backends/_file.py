@@ -38,22 +38,12 @@ from urllib.parse import unquote
 import aiofiles.os
 
 from . import _fileio as fileio
-from ._base import (
-    ANY,
-    CONFLICT,
-    Outcomes,
-    PreparedWrite,
-    Storage,
-    StoreItem,
-    WriteGroup,
-    expired,
-    precondition_holds,
-    unavailable,
-)
+from ._base import Storage, WriteGroup, expired, unavailable
 from ._envelope import Head, unwrap, wrap
 from ._errors import FormatError, StorageConfigError
 from ._filelock import StripedFileLocks
 from ._filenames import is_hashed, key_for_name, name_for_key
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 from ._keys import check_key
 
 T = TypeVar("T")

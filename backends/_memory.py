@@ -15,18 +15,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from ._base import (
-    CONFLICT,
-    Outcomes,
-    PreparedWrite,
-    Storage,
-    StoreItem,
-    WriteGroup,
-    expired,
-    precondition_holds,
-)
+from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
+from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 
 
 @dataclass(slots=True)

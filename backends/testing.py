@@ -21,7 +21,7 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from ._base import Storage, StoreItem
+from ._base import Storage
 from ._commit_contract import CommitContract
 from ._errors import (
     ConflictError,
@@ -31,6 +31,7 @@ from ._errors import (
     StateTooLargeError,
     StorageUnavailableError,
 )
+from ._items import StoreItem
 
 
 @dataclass

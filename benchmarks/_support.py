@@ -4,6 +4,7 @@ that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
 from __future__ import annotations
 
 import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Iterator
@@ -59,6 +60,21 @@ def ms_message(
         conversation=ms_activity.ConversationAccount(id=conversation),
         text="hi",
     )
+
+
+class Sampled:
+    """A benchmark row's rounds, each `(turns per second, requests per turn)`, and their
+    medians (subclasses are dataclasses with a `samples` list)."""
+
+    samples: list[tuple[float, float]]
+
+    @property
+    def turns_per_second(self) -> float:
+        return statistics.median(s[0] for s in self.samples)
+
+    @property
+    def requests_per_turn(self) -> float:
+        return statistics.median(s[1] for s in self.samples)
 
 
 class StubAdapter(ChannelAdapter):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _support import ROOT, NoConnections, StubAdapter, free_port, server
+from _support import ROOT, NoConnections, Sampled, StubAdapter, free_port, server
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
 from azure.core.pipeline.transport import AioHttpTransport
@@ -196,18 +195,10 @@ def floor(container: ContainerClient) -> Turn:
 
 
 @dataclass
-class Row:
+class Row(Sampled):
     name: str
     turn: Turn
     samples: list[tuple[float, float]] = field(default_factory=list)
-
-    @property
-    def turns_per_second(self) -> float:
-        return statistics.median(s[0] for s in self.samples)
-
-    @property
-    def requests_per_turn(self) -> float:
-        return statistics.median(s[1] for s in self.samples)
 
 
 async def measure(row: Row, turns: int) -> None:

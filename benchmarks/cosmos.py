@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 import uuid
@@ -37,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from _support import NoConnections, StubAdapter, free_port, ms_message, server
+from _support import NoConnections, Sampled, StubAdapter, free_port, ms_message, server
 from azure.core import MatchConditions
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey, documents
@@ -58,19 +57,11 @@ Turn = Callable[[int], Awaitable[None]]
 
 
 @dataclass
-class Row:
+class Row(Sampled):
     system: str
     changed: bool
     turn: Turn
     samples: list[tuple[float, float]] = field(default_factory=list)
-
-    @property
-    def turns_per_second(self) -> float:
-        return statistics.median(s[0] for s in self.samples)
-
-    @property
-    def requests(self) -> float:
-        return statistics.median(s[1] for s in self.samples)
 
 
 def ids(i: int) -> tuple[str, str]:
@@ -247,7 +238,8 @@ def report(rows: list[Row], turns: int, rounds: int) -> bool:
         for system, row in by_system.items():
             kind = "changed" if changed else "unchanged"
             line = (
-                f"{system + ', ' + kind:<34}{row.turns_per_second:>9,.0f}{row.requests:>15.2f}"
+                f"{system + ', ' + kind:<34}{row.turns_per_second:>9,.0f}"
+                f"{row.requests_per_turn:>15.2f}"
                 f"{row.turns_per_second / floor_tps:>10.0%}{row.turns_per_second / ms_tps:>8.1f}x"
             )
             if system == "agent-state":

@@ -20,8 +20,8 @@ import orjson
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
 from agent_state.backends import Storage, StorageUnavailableError
-from agent_state.backends._base import Outcomes, PreparedWrite
 from agent_state.backends._commit_contract import first_unit
+from agent_state.backends._items import Outcomes, PreparedWrite
 
 USERS = ["ada", "grace", "linus"]
 CONVERSATIONS = ["c1", "c2"]

@@ -1,0 +1,67 @@
+"""What the storage contract hands around: documents with their versions, the validated
+writes primitives apply, and their per-key outcomes (shared by `_base` and `_commit`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+ANY: Final = "*"
+"""Precondition for an unconditional write."""
+
+
+class _Conflict:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "CONFLICT"
+
+
+CONFLICT: Final = _Conflict()
+"""A primitive's outcome for a key whose precondition failed."""
+
+Outcomes = dict[str, "str | _Conflict"]
+"""What a write or delete primitive reports per key: its new etag (written; for a delete,
+any str), `CONFLICT`, or nothing (not written, as when an atomic batch is refused)."""
+
+
+@dataclass(slots=True)
+class StoreItem:
+    """A JSON document and its version.
+
+    On `write`, `etag` is the precondition: a version string (write only if the stored
+    version is still that one), `None` (only if the key does not exist) or `"*"` (always).
+    `data` is the document's JSON bytes: on `read`, the stored ones where the backend has
+    them at no cost (a change baseline), else None; on `write`, a caller that already holds
+    `orjson.dumps(value)` passes it, and it is stored as is instead of serializing again.
+    """
+
+    value: dict[str, Any]
+    etag: str | None = None
+    data: bytes | None = field(default=None, compare=False)
+    ttl: float | None = field(default=None, compare=False)
+    """On `write`: seconds this document lives, overriding the batch's `ttl`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedWrite:
+    """A validated write handed to a primitive: the document's JSON bytes, its precondition
+    (an etag, None for create-only, `ANY`) and its write group."""
+
+    key: str
+    data: bytes
+    expected: str | None
+    group: str
+    ttl: float | None
+    """Seconds the document lives (None: for good)."""
+    check_only: bool = False
+    """A read check, not a write: the precondition must hold, and nothing is written."""
+
+
+def precondition_holds(expected: str | None, current: str | None) -> bool:
+    """Whether a precondition holds given the stored etag (`current`, None if absent)."""
+    if expected == ANY:
+        return True
+    if expected is None:
+        return current is None
+    return current == expected
