@@ -128,6 +128,8 @@ def operations(draw: st.DrawFn) -> dict[str, Any]:
     if name in ("remove", "move", "copy") and not op["path"]:
         op["path"] = "/a"  # removing or moving onto the whole document: documented divergences
     if name in ("move", "copy"):
+        if op["path"].endswith(("/1", "/2")):
+            op["path"] = op["path"][:-1] + "-"  # past an array's end: a documented divergence
         op["from"] = draw(pointers)
         if name == "move" and not op["from"]:
             op["from"] = "/b"  # moving the whole document into itself: a documented divergence

@@ -69,6 +69,8 @@ DIVERGENT: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {
     "remove-root": (_run(BASE, _delta({"op": "remove", "path": ""})), _run(None)),
     "move-root-into-child": (_run(BASE, _delta({"op": "move", "from": "", "path": "/a"})), None),
     "move-missing-to-root": (_run(BASE, _delta({"op": "move", "from": "/zz", "path": ""})), None),
+    "copy-past-the-end": (_run(BASE, _delta({"op": "copy", "from": "/a", "path": "/l/5"})), None),
+    "move-past-the-end": (_run(BASE, _delta({"op": "move", "from": "/a", "path": "/l/5"})), None),
     "delta-on-a-scalar-state": (
         _run(
             BASE, {"type": "STATE_SNAPSHOT", "snapshot": ""}, _delta({"op": "remove", "path": "/a"})
@@ -134,6 +136,15 @@ def test_known_divergences_from_the_reference() -> None:
     assert results["move-missing-to-root"]["patchWarnings"] == 0
     mirror, fatal, skipped = mine["move-missing-to-root"]
     assert fatal is None and skipped == 1 and mirror.needs_resync
+
+    # The reference checks an array index against the length only for `add`; `copy` and `move`
+    # to an index past the end append. For RFC 6902 the index is out of range.
+    assert results["copy-past-the-end"]["state"] == {**BASE, "l": [1, 2, 3, 1]}
+    assert results["move-past-the-end"]["state"] == {"l": [1, 2, 3, 1]}
+    for name in ("copy-past-the-end", "move-past-the-end"):
+        assert results[name]["patchWarnings"] == 0
+        mirror, fatal, skipped = mine[name]
+        assert fatal is None and skipped == 1 and mirror.needs_resync and mirror.state == BASE
 
     # After a snapshot that is no object or array, the reference applies a delta as property
     # operations on a JS primitive: they "succeed" without a warning; RFC 6902 refuses them.
