@@ -18,7 +18,7 @@ the pages they need in one read. A stored document of another format is refused 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -139,6 +139,12 @@ class History:
     async def upto(self, message_id: str) -> list[dict[str, Any]]:
         """Every message up to and including `message_id`, oldest first."""
         return await self._slice(0, await self._seq(message_id) + 1)
+
+    async def holds(self, ids: Iterable[str]) -> set[str]:
+        """Those of `ids` the history holds (one read of their index entries)."""
+        wanted = list(dict.fromkeys(ids))
+        entries = await self._state.fetch({self._entry_key(i): _Entry for i in wanted})
+        return {i for i, entry in zip(wanted, entries, strict=True) if _check(entry) is not None}
 
     async def _slice(self, start: int, end: int) -> list[dict[str, Any]]:
         """Messages `start .. end - 1`, read from the pages they are on and the tail."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -125,10 +125,13 @@ async def accept_run(
     *,
     history: Selection,
     parent: str | None = None,
+    check: Callable[[TurnState], Awaitable[None]] | None = None,
 ) -> Run:
     """Record run `run_id` of the session of `ids` as accepted, before it runs; the same id
     with the same input returns the run already recorded (`resubmitted`), with another
-    input raises `RunConflictError`. `history` must be chosen (`literal`, `next_turn`)."""
+    input raises `RunConflictError`. `history` must be chosen (`literal`, `next_turn`).
+    `check(state)` runs in the accepting turn before a new run is recorded: what it raises
+    refuses the run with nothing written, what it changes commits with the record."""
     if not isinstance(history, Selection):
         raise HistoryError("choose the run's history: literal([...]) or next_turn(run_id, ...)")
     digest = input_digest(run_input)
@@ -141,6 +144,8 @@ async def accept_run(
             if record["input"] != digest:
                 raise RunConflictError(f"run {run_id!r} was submitted with another input")
             return _run(ids, run_id, record, resubmitted=True)
+        if check is not None:
+            await check(state)
         selection = history.to_json()
         if history.kind == "next_turn":
             (before,) = await state.fetch(

@@ -43,8 +43,10 @@ PUBLIC_MODULES = {
     ],
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
     "agent_state.agui": [
-        "MalformedEventError", "MalformedPatchError", "RunHaltedError", "SSEDecoder",
-        "SkippedDelta", "StateMirror", "aiter_sse_events", "iter_sse_events",
+        "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
+        "RunHaltedError", "RunInputError", "RunInputTooLargeError", "RunRefusedError",
+        "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadOwnerError", "aiter_sse_events",
+        "iter_sse_events",
     ],
 }  # fmt: skip
 

@@ -1,16 +1,28 @@
-"""AG-UI layer over the state protocol: the consumer (StateMirror) and its SSE decoding."""
+"""AG-UI layer over the state protocol: the server (AGUIEndpoint), a small client, and the
+consumer (StateMirror) with its SSE decoding."""
 
+from ._agent_run import AgentRun
+from ._client import AGUIClient, RunRefusedError
+from ._endpoint import AGUIEndpoint
 from ._mirror import SkippedDelta, StateMirror
 from ._mirror_errors import MalformedEventError, MalformedPatchError, RunHaltedError
+from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
 from ._sse import SSEDecoder, aiter_sse_events, iter_sse_events
 
 __all__ = [
+    "AGUIClient",
+    "AGUIEndpoint",
+    "AgentRun",
     "MalformedEventError",
     "MalformedPatchError",
     "RunHaltedError",
+    "RunInputError",
+    "RunInputTooLargeError",
+    "RunRefusedError",
     "SSEDecoder",
     "SkippedDelta",
     "StateMirror",
+    "ThreadOwnerError",
     "aiter_sse_events",
     "iter_sse_events",
 ]

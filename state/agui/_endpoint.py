@@ -1,0 +1,216 @@
+"""The AG-UI endpoint: an ASGI app that takes a POSTed `RunAgentInput` and streams the run.
+
+Everything that can refuse a run is checked before the stream starts, in the turn that
+records the run as accepted, so a refusal is an HTTP status with nothing written: 401 (no
+user), 413 (body too large), 422 (`RunInputError`), 403 (`ThreadOwnerError`), 409 (the run
+id with another input), 503 (the store is unreachable). The run itself is one turn of the
+thread's session (`open_run`): its state, history appends and completion commit together
+after the agent returns, then MESSAGES_SNAPSHOT and RUN_FINISHED follow; a failure is
+RUN_ERROR, preceded by a STATE_SNAPSHOT of the stored state if the client saw changes that
+were not kept. The same run id with the same input replays the recorded run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Generic
+
+from ag_ui.core import (
+    BaseEvent,
+    Message,
+    MessagesSnapshotEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StateSnapshotEvent,
+)
+from ag_ui.encoder import EventEncoder
+from pydantic import TypeAdapter, ValidationError
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .._errors import MissingIdError
+from .._history import HistoryError
+from .._ids import TurnIds
+from .._lifecycle import open_turn
+from .._runs import Run, RunConflictError, accept_run, literal, open_run
+from .._turn_state import TurnState
+from ..backends import InvalidKeyError, Storage, StorageError
+from ._agent_run import AgentRun
+from ._exposed import ExposedState, M
+from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
+from ._thread_input import FORMAT, read_input
+
+log = logging.getLogger("agent_state.agui.server")
+
+Authenticate = Callable[[Request], "Awaitable[str | None] | str | None"]
+"""Who the request is from (a user id), from the application's authentication; None: 401."""
+Agent = Callable[[AgentRun[Any]], Awaitable[None]]
+"""The agent: `async def agent(run)`, changing `run.state` and speaking through `run`."""
+
+MAX_BODY_BYTES = 1_000_000
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+
+
+class AGUIEndpoint(Generic[M]):
+    """An ASGI app serving one agent: mount it (Starlette `Mount`, FastAPI `app.mount`) and
+    POST AG-UI `RunAgentInput` to it."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        storage: Storage,
+        state: type[M],
+        authenticate: Authenticate,
+        server_only: Iterable[str] = (),
+        channel: str = "agui",
+        app_name: str | None = None,
+        namespace: str | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+    ) -> None:
+        """`state`: the pydantic model of the exposed thread state (fields named in
+        `server_only` are stored but never sent or accepted). `authenticate(request)` names
+        the user; the request body never does."""
+        self.agent, self.storage, self.exposed = agent, storage, ExposedState(state, server_only)
+        self.authenticate, self.max_body_bytes = authenticate, max_body_bytes
+        self.channel, self.app_name, self.namespace = channel, app_name, namespace
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            raise RuntimeError("AGUIEndpoint serves HTTP only")
+        request = Request(scope, receive)
+        response = await self.respond(request)
+        await response(scope, receive, send)
+
+    async def respond(self, request: Request) -> Response:
+        """The response to one request: an error status, or the run's event stream."""
+        if request.method != "POST":
+            return _refusal(405, "POST a RunAgentInput")
+        user = self.authenticate(request)
+        user = await user if inspect.isawaitable(user) else user
+        if not user:
+            return _refusal(401, "not authenticated")
+        try:
+            run_input = RunAgentInput.model_validate_json(await self._body(request))
+            ids = TurnIds(self.channel, user, run_input.thread_id, self.app_name, self.namespace)
+            run = await self._accept(ids, run_input)
+        except (RunInputError, ThreadOwnerError) as exc:
+            return _refusal(exc.status_code, str(exc))
+        except (ValidationError, InvalidKeyError, MissingIdError, HistoryError) as exc:
+            return _refusal(422, f"not a valid RunAgentInput: {_first_error(exc)}")
+        except RunConflictError as exc:
+            return _refusal(409, str(exc))
+        except StorageError as exc:
+            log.warning("run refused, the store failed: %s", exc)
+            return _refusal(503, "the state store is unavailable")
+        except ClientDisconnect:
+            return _refusal(400, "the client went away")
+        encoder = EventEncoder(accept=request.headers.get("accept", ""))
+        events = self._replay(run, run_input) if run.resubmitted else self._run(run, run_input)
+        return StreamingResponse(
+            (encoder.encode(event) async for event in events),
+            media_type=encoder.get_content_type(),
+        )
+
+    async def _body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise RunInputTooLargeError(f"the body exceeds {self.max_body_bytes} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > self.max_body_bytes:
+                raise RunInputTooLargeError(f"the body exceeds {self.max_body_bytes} bytes")
+        return bytes(body)
+
+    async def _accept(self, ids: TurnIds, run_input: RunAgentInput) -> Run:
+        async def check(turn: TurnState) -> None:
+            await read_input(turn, self.exposed, run_input, claim=True)
+
+        request = run_input.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return await accept_run(
+            self.storage, ids, run_input.run_id, request, history=literal(()), check=check
+        )
+
+    async def _run(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """Run the agent in a task whose events stream as they come; cancelled (and recorded
+        so) when the client goes away."""
+        queue: asyncio.Queue[BaseEvent | None] = asyncio.Queue()
+        task = asyncio.create_task(self._execute(run, run_input, queue.put_nowait))
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+        finally:
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _execute(
+        self, run: Run, run_input: RunAgentInput, emit: Callable[[BaseEvent], None]
+    ) -> None:
+        thread, run_id = run_input.thread_id, run_input.run_id
+        emit(RunStartedEvent(thread_id=thread, run_id=run_id))
+        shown: dict[str, Any] | None = None  # the stored state, once the client saw a change
+        try:
+            async with open_run(self.storage, run) as turn:
+                given = await read_input(turn, self.exposed, run_input, claim=False)
+                await turn.history.append(*given.messages)
+                self.exposed.store(given.state, turn.session)
+                view = self.exposed.view(given.state)
+                shown = given.stored_view
+                emit(StateSnapshotEvent(snapshot=view))
+                agent_run = AgentRun(run_input, turn, self.exposed, given.state, view, emit)
+                await self.agent(agent_run)
+                await agent_run.sync()
+                given.sent["format"], given.sent["sent"] = FORMAT, agent_run.sent
+                messages = await turn.history.first(await turn.history.count())
+                result = turn.temp.get("result")
+        except Exception as exc:  # the agent's or the store's: the run is recorded failed
+            log.warning("run %r of thread %r failed: %s", run_id, thread, exc)
+            if shown is not None:
+                emit(StateSnapshotEvent(snapshot=shown))
+            emit(RunErrorEvent(message=_describe(exc), code=type(exc).__name__))
+            return
+        emit(MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages)))
+        emit(RunFinishedEvent(thread_id=thread, run_id=run_id, result=result))
+
+    async def _replay(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        """A resubmitted run: its recorded outcome with the thread's state and messages now."""
+        thread, run_id = run_input.thread_id, run_input.run_id
+        yield RunStartedEvent(thread_id=thread, run_id=run_id)
+        try:
+            async with open_turn(self.storage, run.ids) as turn:
+                turn.discard()
+                view = self.exposed.view(self.exposed.load(turn.session))
+                messages = await turn.history.first(await turn.history.count())
+        except Exception as exc:
+            yield RunErrorEvent(message=_describe(exc), code=type(exc).__name__)
+            return
+        yield StateSnapshotEvent(snapshot=view)
+        yield MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
+        if run.status == "completed":
+            yield RunFinishedEvent(thread_id=thread, run_id=run_id, result=run.result)
+        else:
+            yield RunErrorEvent(message=f"run {run_id!r} is {run.status}", code="RunStateError")
+
+
+def _refusal(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _first_error(exc: Exception) -> str:
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    error = exc.errors()[0]
+    return f"{'/'.join(str(step) for step in error['loc']) or '(body)'}: {error['msg']}"
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,24 @@
+"""Errors of the AG-UI server: each maps to one HTTP status before the stream starts."""
+
+from __future__ import annotations
+
+from .._errors import StateError
+
+
+class RunInputError(StateError, ValueError):
+    """A run's input is refused (HTTP 422): not a valid `RunAgentInput`, state the client may
+    not write or that fails the exposed model, or messages it may not add. Nothing is written."""
+
+    status_code = 422
+
+
+class RunInputTooLargeError(RunInputError):
+    """A run's request body exceeds the endpoint's `max_body_bytes` (HTTP 413)."""
+
+    status_code = 413
+
+
+class ThreadOwnerError(StateError, PermissionError):
+    """The thread belongs to another user (HTTP 403). Nothing is written."""
+
+    status_code = 403

@@ -1,0 +1,117 @@
+"""A run's untrusted input turned into changes of its thread, checked before anything is kept.
+
+A thread is a session. Two framework documents sit beside it, written with its turns:
+`C/agui-owner` (under the conversation `C`: which user the thread belongs to, claimed by
+its first run) and `S/agui` (what the server last sent the thread's client). The client's
+edits are the difference between its `state` and what was last sent; they are rebased onto
+the stored state like any concurrent change: kept where they touch other members, dropped
+where the server changed the same member (the run's STATE_SNAPSHOT then resyncs the client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Generic
+
+from ag_ui.core import RunAgentInput
+
+from .._bucket import AgentState
+from .._turn_state import TurnState
+from ..backends import FormatError
+from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
+from ._exposed import ExposedState, M
+from ._server_errors import RunInputError, ThreadOwnerError
+
+FORMAT: Final = 1
+CLIENT_ROLES: Final = frozenset({"user", "tool"})
+"""Roles of the messages a client may add to the history (activity messages are dropped)."""
+
+
+class _Owner(AgentState):
+    scope = "agui_owner"
+
+
+class _Sent(AgentState):
+    scope = "agui_sent"
+
+
+@dataclass(slots=True)
+class ThreadInput(Generic[M]):
+    """A run's input as it applies to the thread now."""
+
+    state: M
+    """The stored state with the client's kept edits (validated)."""
+    stored_view: dict[str, Any]
+    """The exposed state as stored before the run."""
+    messages: list[dict[str, Any]]
+    """The client's messages the history does not hold yet, to append."""
+    clashes: list[str]
+    """Paths where the server's newer change overruled the client's edit."""
+    sent: AgentState
+    """The `S/agui` document, for the run to record what it last sent."""
+
+
+def wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
+    """The input's messages in wire form (camelCase, no nulls), as the history keeps them."""
+    return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in run_input.messages]
+
+
+async def read_input(
+    turn: TurnState, exposed: ExposedState[M], run_input: RunAgentInput, *, claim: bool
+) -> ThreadInput[M]:
+    """The run's input against the thread in `turn`: `ThreadOwnerError` for another user's
+    thread, `RunInputError` for messages or state the client may not write. With `claim`, a
+    thread without an owner becomes the turn's user's (saved with the turn)."""
+    conversation, session = _key(turn.conversation), _key(turn.session)
+    owner, sent = await turn.fetch({f"{conversation}/agui-owner": _Owner,
+                                    f"{session}/agui": _Sent})  # fmt: skip
+    _check_owner(owner, str(turn.ids.user_id), claim=claim)
+    messages = await _new_messages(turn, wire_messages(run_input))
+    client = exposed.check_client(run_input.state)
+    stored = exposed.load(turn.session)
+    stored_view = exposed.view(stored)
+    last_sent = _stored(sent)
+    base = stored_view if last_sent is None else last_sent["sent"]
+    ours = make_patch(base, {**base, **client})
+    theirs = make_patch(base, stored_view)
+    kept, clashes = rebase_patch(base, ours, theirs)
+    try:
+        merged = apply_patch(stored_view, kept) if kept else stored_view
+    except PatchConflictError:  # the edits no longer fit the newer state: the server's wins
+        merged, clashes = stored_view, [op["path"] for op in ours]
+    return ThreadInput(exposed.validate(merged, stored), stored_view, messages, clashes, sent)
+
+
+async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    held = await turn.history.holds(m["id"] for m in messages) if messages else set()
+    fresh = [m for m in messages if m["id"] not in held and m["role"] != "activity"]
+    refused = [f"{m['id']!r} ({m['role']})" for m in fresh if m["role"] not in CLIENT_ROLES]
+    if refused:
+        raise RunInputError(
+            f"a client may add only user and tool messages to the thread, not {refused}"
+        )
+    return fresh
+
+
+def _check_owner(owner: AgentState, user: str, *, claim: bool) -> None:
+    stored = _stored(owner)
+    if stored is None:
+        if claim:
+            owner["format"], owner["user"] = FORMAT, user
+    elif stored["user"] != user:
+        raise ThreadOwnerError("this thread belongs to another user")
+
+
+def _stored(document: AgentState) -> dict[str, Any] | None:
+    if not document:
+        return None
+    if document.get("format") != FORMAT:
+        raise FormatError(document.key or "", "is not an AG-UI thread document this version reads")
+    return document.data  # type: ignore[no-any-return]
+
+
+def _key(bucket: AgentState) -> str:
+    key = bucket.key
+    if key is None:
+        raise RunInputError("an AG-UI run needs a user and a thread")
+    return key
