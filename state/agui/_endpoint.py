@@ -82,6 +82,11 @@ class AGUIEndpoint(Generic[M]):
         self.channel, self.app_name, self.namespace = channel, app_name, namespace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":  # served on its own: nothing to start or stop
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
         if scope["type"] != "http":
             raise RuntimeError("AGUIEndpoint serves HTTP only")
         request = Request(scope, receive)
@@ -147,6 +152,10 @@ class AGUIEndpoint(Generic[M]):
         try:
             while (event := await queue.get()) is not None:
                 yield event
+            failure = task.exception()
+            if failure is not None:  # after the run's own events: the stream still ends
+                log.error("run %r stopped short", run.run_id, exc_info=failure)
+                yield RunErrorEvent(message=_describe(failure), code=type(failure).__name__)
         finally:
             if not task.done():
                 task.cancel()
@@ -171,6 +180,7 @@ class AGUIEndpoint(Generic[M]):
                 await agent_run.sync()
                 given.sent["format"], given.sent["sent"] = FORMAT, agent_run.sent
                 messages = await turn.history.first(await turn.history.count())
+                snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
                 result = turn.temp.get("result")
         except Exception as exc:  # the agent's or the store's: the run is recorded failed
             log.warning("run %r of thread %r failed: %s", run_id, thread, exc)
@@ -178,7 +188,7 @@ class AGUIEndpoint(Generic[M]):
                 emit(StateSnapshotEvent(snapshot=shown))
             emit(RunErrorEvent(message=_describe(exc), code=type(exc).__name__))
             return
-        emit(MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages)))
+        emit(snapshot)
         emit(RunFinishedEvent(thread_id=thread, run_id=run_id, result=result))
 
     async def _replay(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
@@ -190,15 +200,17 @@ class AGUIEndpoint(Generic[M]):
                 turn.discard()
                 view = self.exposed.view(self.exposed.load(turn.session))
                 messages = await turn.history.first(await turn.history.count())
+                snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
         except Exception as exc:
             yield RunErrorEvent(message=_describe(exc), code=type(exc).__name__)
             return
         yield StateSnapshotEvent(snapshot=view)
-        yield MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
+        yield snapshot
         if run.status == "completed":
             yield RunFinishedEvent(thread_id=thread, run_id=run_id, result=run.result)
         else:
-            yield RunErrorEvent(message=f"run {run_id!r} is {run.status}", code="RunStateError")
+            outcome = "still under way" if run.status == "accepted" else run.status
+            yield RunErrorEvent(message=f"run {run_id!r} is {outcome}", code="RunStateError")
 
 
 def _refusal(status: int, detail: str) -> JSONResponse:

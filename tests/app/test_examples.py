@@ -85,3 +85,38 @@ def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path):
     second = run("background_job.py", cwd=tmp_path)
     assert "seeding" not in second and "granted" not in second
     assert "ada: 4 visits, plan stays 'pro'" in second
+
+
+async def test_agui_server_app_runs_in_process_and_keeps_client_edits(tmp_path, monkeypatch):
+    import runpy
+
+    import httpx
+    import pytest
+
+    from agent_state.agui import AGUIClient, RunRefusedError
+
+    monkeypatch.setenv("AGENT_STATE_AGUI_DIR", str(tmp_path / "state"))
+    app = runpy.run_path(str(EXAMPLES / "agui_server.py"), run_name="agui_server")["app"]
+    transport = httpx.ASGITransport(app)
+
+    def run(number, text, state):
+        message = {"id": f"m{number}", "role": "user", "content": text}
+        return {"threadId": "t", "runId": f"r{number}", "state": state, "messages": [message],
+                "tools": [], "context": [], "forwardedProps": {}}  # fmt: skip
+
+    def said(events):
+        return [e for e in events if e.type == "MESSAGES_SNAPSHOT"][-1].messages[-1].content
+
+    async with AGUIClient("http://test/", headers={"X-User": "ada"}, transport=transport) as ada:
+        first = await ada.run(run(1, "draft, review", {}))
+        assert said(first) == "0/2 done; now working on 'draft'."
+        edited = [{"title": "draft", "status": "doing"}, {"title": "edit", "status": "todo"}]
+        second = await ada.run(run(2, "next", {"steps": edited}))
+    assert said(second) == "1/2 done; now working on 'edit'.", "the client's rename is kept"
+    snapshots = [e.snapshot for e in first + second if e.type == "STATE_SNAPSHOT"]
+    assert snapshots and all(set(snapshot) == {"steps"} for snapshot in snapshots)
+    assert (tmp_path / "state").is_dir()
+    async with AGUIClient("http://test/", transport=transport) as anonymous:
+        with pytest.raises(RunRefusedError) as refused:
+            await anonymous.run(run(3, "next", {}))
+    assert refused.value.status_code == 401
