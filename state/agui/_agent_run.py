@@ -48,7 +48,8 @@ class AgentRun(Generic[M]):
         self.input = run_input
         """The validated request (its messages and tools, as the client sent them)."""
         self.state = state
-        """The thread's exposed state (a model instance): change it, then `await sync()`."""
+        """The thread's state (a model instance): change it, then `await sync()`; it is
+        written into the session bucket when the agent returns, saved with the run."""
         self.turn = turn
         """The run's whole turn: `turn.user`, `turn.app`, ... stay on the server."""
         self._exposed, self._emit, self._sent = exposed, emit, sent
@@ -65,10 +66,9 @@ class AgentRun(Generic[M]):
 
     async def sync(self) -> None:
         """Send the state's changes since the last state event as one STATE_DELTA (none if
-        nothing changed), and keep them in the turn."""
+        nothing changed)."""
         view = self._exposed.view(self.state)
         patch = make_patch(self._sent, view)
-        self._exposed.store(self.state, self.turn.session)
         if patch:
             self._sent = view
             self._emit(StateDeltaEvent.model_validate({"delta": patch}))

@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .._errors import MissingIdError
+from .._errors import MissingIdError, StateValidationError
 from .._history import HistoryError
 from .._ids import TurnIds
 from .._lifecycle import open_turn
@@ -114,6 +114,9 @@ class AGUIEndpoint(Generic[M]):
         except StorageError as exc:
             log.warning("run refused, the store failed: %s", exc)
             return _refusal(503, "the state store is unavailable")
+        except StateValidationError as exc:  # stored data the model refuses: not the client's
+            log.error("run refused, the stored thread state is invalid: %s", exc)
+            return _refusal(500, f"the stored thread state is invalid: {exc}")
         except ClientDisconnect:
             return _refusal(400, "the client went away")
         encoder = EventEncoder(accept=request.headers.get("accept", ""))
@@ -178,8 +181,10 @@ class AGUIEndpoint(Generic[M]):
                 agent_run = AgentRun(run_input, turn, self.exposed, given.state, view, emit)
                 await self.agent(agent_run)
                 await agent_run.sync()
-                given.sent["format"], given.sent["sent"] = FORMAT, agent_run.sent
+                self.exposed.store(agent_run.state, turn.session)
                 messages = await turn.history.first(await turn.history.count())
+                given.sent.update({"format": FORMAT, "sent": agent_run.sent,
+                                   "last": messages[-1]["id"] if messages else None})  # fmt: skip
                 snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
                 result = turn.temp.get("result")
         except Exception as exc:  # the agent's or the store's: the run is recorded failed

@@ -41,11 +41,17 @@ class ExposedState(Generic[M]):
         try:
             return self.model.model_validate(stored)
         except ValidationError as exc:
-            raise StateValidationError(session.key, self.model.__name__, _errors(exc)) from None
+            raise StateValidationError(session.key, *_first_error(exc)) from None
 
     def store(self, instance: M, session: AgentState) -> None:
-        """Write the model's fields into the session bucket (unchanged members stay as read)."""
-        for name, value in instance.model_dump(mode="json").items():
+        """Write the model's fields into the session bucket (unchanged members stay as read),
+        validated first: `StateValidationError` if the agent left a value the model refuses."""
+        dumped = instance.model_dump(mode="json", warnings=False)
+        try:
+            self.model.model_validate(dumped)
+        except ValidationError as exc:
+            raise StateValidationError(session.key, *_first_error(exc)) from None
+        for name, value in dumped.items():
             if session.get(name, _ABSENT) != value:
                 session[name] = value
 
@@ -81,6 +87,11 @@ class ExposedState(Generic[M]):
 
 
 _ABSENT = object()
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    error = exc.errors()[0]
+    return "/".join(str(step) for step in error["loc"]) or "(root)", error["msg"]
 
 
 def _errors(exc: ValidationError) -> str:

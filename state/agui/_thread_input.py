@@ -2,10 +2,13 @@
 
 A thread is a session. Two framework documents sit beside it, written with its turns:
 `C/agui-owner` (under the conversation `C`: which user the thread belongs to, claimed by
-its first run) and `S/agui` (what the server last sent the thread's client). The client's
-edits are the difference between its `state` and what was last sent; they are rebased onto
-the stored state like any concurrent change: kept where they touch other members, dropped
-where the server changed the same member (the run's STATE_SNAPSHOT then resyncs the client).
+its first run) and `S/agui` (what the server last sent the thread, and the last message
+of its history then). The client's edits are the difference between its `state` and what
+was last sent; they are rebased onto the stored state like any concurrent change: kept where
+they touch other members, dropped where the server changed the same member (the run's
+STATE_SNAPSHOT then resyncs the client). A client whose messages are held by the history
+but stop before that last message (another tab ran since) saw an older state the server no
+longer knows: its state is not taken as edits at all, so it never undoes a later run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Final, Generic
 from ag_ui.core import RunAgentInput
 
 from .._bucket import AgentState
+from .._history import check_message
 from .._turn_state import TurnState
 from ..backends import FormatError
 from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
@@ -48,7 +52,8 @@ class ThreadInput(Generic[M]):
     clashes: list[str]
     """Paths where the server's newer change overruled the client's edit."""
     sent: AgentState
-    """The `S/agui` document, for the run to record what it last sent."""
+    """The `S/agui` document: what the server last sent (`sent`) and the id of the last
+    message of the history then (`last`); a client holding that message saw that state."""
 
 
 def wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
@@ -66,12 +71,19 @@ async def read_input(
     owner, sent = await turn.fetch({f"{conversation}/agui-owner": _Owner,
                                     f"{session}/agui": _Sent})  # fmt: skip
     _check_owner(owner, str(turn.ids.user_id), claim=claim)
-    messages = await _new_messages(turn, wire_messages(run_input))
+    sent_messages = wire_messages(run_input)
+    messages = await _new_messages(turn, sent_messages)
+    known = {m["id"] for m in sent_messages} - {m["id"] for m in messages}
     client = exposed.check_client(run_input.state)
     stored = exposed.load(turn.session)
     stored_view = exposed.view(stored)
     last_sent = _stored(sent)
-    base = stored_view if last_sent is None else last_sent["sent"]
+    if last_sent is None:
+        base = stored_view  # the thread never sent state: edits are taken against the stored
+    elif not known or last_sent["last"] is None or last_sent["last"] in known:
+        base = last_sent["sent"]  # the client saw the last state sent (or tells no history)
+    else:  # its history stops before the last run (another tab ran since): it saw an older
+        base = {**stored_view, **client}  # state, unknown now; the server's state wins
     ours = make_patch(base, {**base, **client})
     theirs = make_patch(base, stored_view)
     kept, clashes = rebase_patch(base, ours, theirs)
@@ -83,7 +95,12 @@ async def read_input(
 
 
 async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    held = await turn.history.holds(m["id"] for m in messages) if messages else set()
+    ids = [check_message(m)["id"] for m in messages]
+    if len(set(ids)) != len(ids):
+        raise RunInputError(
+            f"messages repeat an id: {sorted(i for i in set(ids) if ids.count(i) > 1)}"
+        )
+    held = await turn.history.holds(ids) if messages else set()
     fresh = [m for m in messages if m["id"] not in held and m["role"] != "activity"]
     refused = [f"{m['id']!r} ({m['role']})" for m in fresh if m["role"] not in CLIENT_ROLES]
     if refused:

@@ -49,14 +49,30 @@ def fingerprint(value: Any) -> bytes | None:
 
 
 def equal_flags(xs: Sequence[Any], ys: Sequence[Any]) -> list[bool]:
-    """json_equal of each pair (xs[i], ys[i]), run in C for identical or byte-identical pairs."""
+    """json_equal of each pair (xs[i], ys[i]), run in C: identity, then Python's == (which
+    disproves), then one marshal of all the pairs == found equal (which proves)."""
     flags = list(map(operator.is_, xs, ys))
     todo = list(compress(range(len(flags)), map(operator.not_, flags)))
     if not todo:
         return flags
-    whole = len(todo) == len(flags)
-    left = xs if whole else list(map(xs.__getitem__, todo))
-    right = ys if whole else list(map(ys.__getitem__, todo))
+    try:
+        unequal = set(compress(todo, map(operator.ne, map(xs.__getitem__, todo),
+                                         map(ys.__getitem__, todo))))  # fmt: skip
+    except RecursionError:  # deeper than C's comparison goes: leave every pair to the proof
+        unequal = set()
+    candidates = [index for index in todo if index not in unequal]
+    left, right = list(map(xs.__getitem__, candidates)), list(map(ys.__getitem__, candidates))
+    if fingerprint(left) is None or fingerprint(left) != fingerprint(right):
+        for index, equal in zip(candidates, _pairwise_equal(left, right), strict=True):
+            flags[index] = equal
+    else:
+        for index in candidates:
+            flags[index] = True
+    return flags
+
+
+def _pairwise_equal(left: list[Any], right: list[Any]) -> list[bool]:
+    """json_equal of each pair, byte-identical pairs proven in C."""
     try:
         same = list(
             map(
@@ -64,14 +80,10 @@ def equal_flags(xs: Sequence[Any], ys: Sequence[Any]) -> list[bool]:
             )
         )
     except ValueError:  # something marshal refuses; compare those pairs in Python
-        same = [False] * len(todo)
-    for k in compress(range(len(todo)), map(operator.not_, same)):
+        same = [False] * len(left)
+    for k in compress(range(len(left)), map(operator.not_, same)):
         same[k] = json_equal(left[k], right[k])
-    if whole:
-        return same
-    for index, equal in zip(todo, same, strict=True):
-        flags[index] = equal
-    return flags
+    return same
 
 
 def equal_prefix(xs: Sequence[Any], ys: Sequence[Any]) -> int:
