@@ -20,6 +20,7 @@ import pytest
 
 from agent_state import SessionState, TurnIds, open_turn, read_state
 from agent_state.backends import FileStorage
+from tests.agui.server_support import assert_valid_streams
 from tests.agui.support import ROOT, client_dir
 
 SCRIPT = Path(__file__).with_name("http_agent_thread.mjs")
@@ -115,6 +116,11 @@ def test_http_agent_thread_ends_with_what_the_server_stored(server: tuple[str, P
         assert types[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"]
         assert types[-2:] == ["MESSAGES_SNAPSHOT", "RUN_FINISHED"]
         assert "STATE_DELTA" in types
+    # the events as HttpAgent received them, framed again as SSE, pass the validator
+    assert_valid_streams(
+        [b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in run["events"])
+         for run in client["runs"]]
+    )  # fmt: skip
 
 
 def test_the_thread_belongs_to_its_first_user(server: tuple[str, Path]) -> None:

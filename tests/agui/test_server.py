@@ -14,11 +14,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.routing import Mount
 
 from agent_state import (
     SessionState,
@@ -748,3 +751,16 @@ async def test_a_two_run_thread_on_every_backend(serve: Serve, storage: Storage)
     assert replay.types == ["RUN_STARTED", "STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
     assert snapshots(replay) == [expected]
     assert all(SECRET.encode() not in raw for raw in poster.streams)
+
+
+async def test_the_endpoint_serves_mounted_in_a_starlette_app(streams: list[bytes]) -> None:
+    endpoint = AGUIEndpoint(chatty, storage=MemoryStorage(), state=Board,
+                            authenticate=header_user, server_only=("secret",))  # fmt: skip
+    app = Starlette(routes=[Mount("/agent", endpoint)])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        reply = await client.post("/agent/", json=run_input("r1"), headers={"x-user": "ada"})
+        wrong_route = await client.post("/other/", json=run_input("r2"))
+    assert reply.status_code == 200 and b"RUN_FINISHED" in reply.content
+    assert wrong_route.status_code == 404
+    streams.append(reply.content)
