@@ -19,6 +19,7 @@ _SCALARS = frozenset({str, int, float, bool})
 # marshal format 2 writes no back-references and does not mark interned strings, so values that
 # are equal, with the same types and member order, always get the same bytes.
 _FORMAT = 2
+_BATCH_FORMAT = 4  # twice as fast; back-references make it a proof only (see _same_bytes)
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -62,13 +63,22 @@ def equal_flags(xs: Sequence[Any], ys: Sequence[Any]) -> list[bool]:
         unequal = set()
     candidates = [index for index in todo if index not in unequal]
     left, right = list(map(xs.__getitem__, candidates)), list(map(ys.__getitem__, candidates))
-    if fingerprint(left) is None or fingerprint(left) != fingerprint(right):
+    if not _same_bytes(left, right):
         for index, equal in zip(candidates, _pairwise_equal(left, right), strict=True):
             flags[index] = equal
     else:
         for index in candidates:
             flags[index] = True
     return flags
+
+
+def _same_bytes(left: list[Any], right: list[Any]) -> bool:
+    """Whether marshal prints both lists alike: a proof of equality (never a disproof, since
+    format 4 may print equal values differently when they share objects differently)."""
+    try:
+        return _dumps(left, _BATCH_FORMAT) == _dumps(right, _BATCH_FORMAT)
+    except ValueError:
+        return False
 
 
 def _pairwise_equal(left: list[Any], right: list[Any]) -> list[bool]:
