@@ -6,8 +6,8 @@ user), 413 (body too large), 422 (`RunInputError`), 403 (`ThreadOwnerError`), 40
 id with another input), 503 (the store is unreachable). The run itself is one turn of the
 thread's session (`open_run`): its state, history appends and completion commit together
 after the agent returns, then MESSAGES_SNAPSHOT and RUN_FINISHED follow; a failure is
-RUN_ERROR, preceded by a STATE_SNAPSHOT of the stored state if the client saw changes that
-were not kept. The same run id with the same input replays the recorded run.
+RUN_ERROR, preceded by a STATE_SNAPSHOT of the stored state once the run had sent state.
+The same run id with the same input replays the recorded run.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from .._runs import Run, RunConflictError, accept_run, literal, open_run
 from .._turn_state import TurnState
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
-from ._exposed import ExposedState, M
+from ._exposed import ExposedState, M, validation_summary
 from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
 from ._thread_input import FORMAT, read_input
 
@@ -107,8 +107,10 @@ class AGUIEndpoint(Generic[M]):
             run = await self._accept(ids, run_input)
         except (RunInputError, ThreadOwnerError) as exc:
             return _refusal(exc.status_code, str(exc))
-        except (ValidationError, InvalidKeyError, MissingIdError, HistoryError) as exc:
-            return _refusal(422, f"not a valid RunAgentInput: {_first_error(exc)}")
+        except ValidationError as exc:
+            return _refusal(422, f"not a valid RunAgentInput: {validation_summary(exc)}")
+        except (InvalidKeyError, MissingIdError, HistoryError) as exc:
+            return _refusal(422, f"not a valid RunAgentInput: {exc}")
         except RunConflictError as exc:
             return _refusal(409, str(exc))
         except StorageError as exc:
@@ -172,6 +174,7 @@ class AGUIEndpoint(Generic[M]):
         shown: dict[str, Any] | None = None  # the stored state, once the client saw a change
         try:
             async with open_run(self.storage, run) as turn:
+                # again, on the state now: it may have changed since the run was accepted
                 given = await read_input(turn, self.exposed, run_input, claim=False)
                 await turn.history.append(*given.messages)
                 self.exposed.store(given.state, turn.session)
@@ -220,13 +223,6 @@ class AGUIEndpoint(Generic[M]):
 
 def _refusal(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
-
-
-def _first_error(exc: Exception) -> str:
-    if not isinstance(exc, ValidationError):
-        return str(exc)
-    error = exc.errors()[0]
-    return f"{'/'.join(str(step) for step in error['loc']) or '(body)'}: {error['msg']}"
 
 
 def _describe(exc: BaseException) -> str:

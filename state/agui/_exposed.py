@@ -83,7 +83,7 @@ class ExposedState(Generic[M]):
             return self.model.model_validate({**hidden, **view})
         except ValidationError as exc:
             raise RunInputError(f"state is not a valid {self.model.__name__}: "
-                                f"{_errors(exc)}") from None  # fmt: skip
+                                f"{validation_summary(exc)}") from None  # fmt: skip
 
 
 _ABSENT = object()
@@ -91,11 +91,13 @@ _ABSENT = object()
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
     error = exc.errors()[0]
-    return "/".join(str(step) for step in error["loc"]) or "(root)", error["msg"]
+    return _location(error["loc"]), error["msg"]
 
 
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'/'.join(str(step) for step in error['loc']) or '(root)'}: {error['msg']}"
-        for error in exc.errors()[:5]
-    )
+def validation_summary(exc: ValidationError) -> str:
+    """`where: what` for the first few errors of a pydantic validation, for an HTTP detail."""
+    return "; ".join(f"{_location(error['loc'])}: {error['msg']}" for error in exc.errors()[:5])
+
+
+def _location(steps: tuple[int | str, ...]) -> str:
+    return "/".join(str(step) for step in steps) or "(root)"

@@ -49,14 +49,12 @@ class ThreadInput(Generic[M]):
     """The exposed state as stored before the run."""
     messages: list[dict[str, Any]]
     """The client's messages the history does not hold yet, to append."""
-    clashes: list[str]
-    """Paths where the server's newer change overruled the client's edit."""
     sent: AgentState
     """The `S/agui` document: what the server last sent (`sent`) and the id of the last
     message of the history then (`last`); a client holding that message saw that state."""
 
 
-def wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
+def _wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
     """The input's messages in wire form (camelCase, no nulls), as the history keeps them."""
     return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in run_input.messages]
 
@@ -71,7 +69,7 @@ async def read_input(
     owner, sent = await turn.fetch({f"{conversation}/agui-owner": _Owner,
                                     f"{session}/agui": _Sent})  # fmt: skip
     _check_owner(owner, str(turn.ids.user_id), claim=claim)
-    sent_messages = wire_messages(run_input)
+    sent_messages = _wire_messages(run_input)
     messages = await _new_messages(turn, sent_messages)
     known = {m["id"] for m in sent_messages} - {m["id"] for m in messages}
     client = exposed.check_client(run_input.state)
@@ -86,12 +84,12 @@ async def read_input(
         base = {**stored_view, **client}  # state, unknown now; the server's state wins
     ours = make_patch(base, {**base, **client})
     theirs = make_patch(base, stored_view)
-    kept, clashes = rebase_patch(base, ours, theirs)
+    kept, _ = rebase_patch(base, ours, theirs)  # clashing edits are dropped: the server wins
     try:
         merged = apply_patch(stored_view, kept) if kept else stored_view
     except PatchConflictError:  # the edits no longer fit the newer state: the server's wins
-        merged, clashes = stored_view, [op["path"] for op in ours]
-    return ThreadInput(exposed.validate(merged, stored), stored_view, messages, clashes, sent)
+        merged = stored_view
+    return ThreadInput(exposed.validate(merged, stored), stored_view, messages, sent)
 
 
 async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -764,3 +765,43 @@ async def test_the_endpoint_serves_mounted_in_a_starlette_app(streams: list[byte
     assert reply.status_code == 200 and b"RUN_FINISHED" in reply.content
     assert wrong_route.status_code == 404
     streams.append(reply.content)
+
+
+async def test_a_stored_state_the_model_refuses_is_a_500_and_writes_nothing(serve: Serve) -> None:
+    storage = MemoryStorage()
+    poster = serve(chatty, storage)
+    await poster.run(run_input("r1"))
+    await background(storage, lambda session: session.update({"items": "written by a job"}))
+    before = await store_contents(storage)
+    reply = await poster.send(run_input("r2"))
+    assert reply.status == 500 and "items" in reply.detail
+    assert await store_contents(storage) == before
+
+
+async def test_a_client_that_goes_away_cancels_its_run() -> None:
+    """The client disconnects while the agent runs: the run is recorded cancelled."""
+    storage, started = MemoryStorage(), asyncio.Event()
+
+    async def agent(run: AgentRun[Board]) -> None:
+        started.set()
+        await asyncio.Event().wait()  # runs until cancelled
+
+    endpoint = AGUIEndpoint(agent, storage=storage, state=Board, authenticate=lambda _: "ada")
+    body = orjson.dumps(run_input("r1"))
+    messages = iter([{"type": "http.request", "body": body, "more_body": False}])
+
+    async def receive() -> dict[str, Any]:
+        first = next(messages, None)
+        if first is not None:
+            return first
+        await started.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        """The bytes go nowhere: the client is gone."""
+
+    scope = {"type": "http", "method": "POST", "path": "/", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    await endpoint(scope, receive, send)
+    runs = {k: v for k, (v, _) in (await store_contents(storage)).items() if "/runs/" in k}
+    assert [record["status"] for record in runs.values()] == ["cancelled"]
