@@ -22,6 +22,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from functools import lru_cache
 from types import TracebackType
 from typing import TypeVar
 
@@ -36,7 +37,7 @@ from ._errors import (
     StorageUnavailableError,
 )
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
-from ._keys import check_key, check_keys, check_prefix
+from ._keys import KEYS_REMEMBERED, check_key, check_keys, check_prefix
 
 T = TypeVar("T")
 
@@ -114,6 +115,9 @@ class Storage(ABC):
         if write_group is not None and not callable(write_group):
             raise InvalidValueError("write_group must be a function key -> group")
         self.write_group: WriteGroup = write_group or whole_key
+        self.group_of: Callable[[str], str] = lru_cache(maxsize=KEYS_REMEMBERED)(self._group_of)
+        """The write group of a (valid) key: `write_group(key)`, checked to be a run of the
+        key's first segments (remembered per key, since it depends on the key alone)."""
         if max_document_bytes is not None:
             if type(max_document_bytes) is not int or max_document_bytes < 2:
                 raise InvalidValueError("max_document_bytes must be an int >= 2")
@@ -234,8 +238,7 @@ class Storage(ABC):
             return True
         return self.atomic_groups and len({write.group for write in writes}) == 1
 
-    def group_of(self, key: str) -> str:
-        """The write group of a (valid) key: `write_group(key)`, checked to be a segment prefix."""
+    def _group_of(self, key: str) -> str:
         group = self.write_group(key)
         if not (
             isinstance(group, str)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from ._errors import InvalidKeyError
+
+KEYS_REMEMBERED = 8192
+"""Valid keys `check_key` remembers (validity depends on the string alone)."""
 
 
 def check_key(key: object) -> str:
@@ -13,8 +17,16 @@ def check_key(key: object) -> str:
     A key is `/`-joined segments; no segment may be empty, `.` or `..`, nor hold NUL,
     so no key can name a parent, an absolute path or a truncated C string in any store.
     """
+    if type(key) is str:
+        return _checked(key)
     if not isinstance(key, str):
         raise InvalidKeyError(f"storage key must be a str, not {type(key).__name__}")
+    return _checked.__wrapped__(key)  # a str subclass is checked every time, never remembered
+
+
+@lru_cache(maxsize=KEYS_REMEMBERED)
+def _checked(key: str) -> str:
+    """`check_key` for a plain str; only keys that pass are remembered (a refusal raises)."""
     if not key:
         raise InvalidKeyError("storage key is empty")
     if "\x00" in key:
@@ -34,7 +46,7 @@ def check_keys(keys: Iterable[str]) -> list[str]:
     """Validate a batch of keys (a lone str is refused: it would iterate as characters)."""
     if isinstance(keys, (str, bytes)):
         raise InvalidKeyError("pass a list of keys, not a single string")
-    return [check_key(key) for key in keys]
+    return [_checked(key) if type(key) is str else check_key(key) for key in keys]
 
 
 def check_prefix(prefix: object) -> str:

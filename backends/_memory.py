@@ -76,11 +76,9 @@ class MemoryStorage(Storage):
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         now = time.time()
         with self._lock:
-            found = [(key, self._live(key, now)) for key in keys]
+            found = [(key, entry) for key in keys if (entry := self._live(key, now)) is not None]
         items = {}
         for key, entry in found:
-            if entry is None:
-                continue
             if entry.data is not None:
                 items[key] = StoreItem(orjson.loads(entry.data), entry.etag, entry.data)
             else:

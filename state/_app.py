@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -21,7 +22,7 @@ from ._delivery import RETENTION_SECONDS, DeliveryRecord, recorded_replies, reme
 from ._ids import TurnIds
 from ._keys import activity_key
 from ._lifecycle import TURN_ATTEMPTS, run_turn
-from ._plan import Scopes
+from ._plan import PLAN_CACHE_SIZE, Scopes
 from ._queue import TurnQueues
 from ._routing import (
     Handler,
@@ -86,6 +87,9 @@ class AgentApplication:
         self._queues = TurnQueues()
         self.turn_attempts = TURN_ATTEMPTS
         self._records = _records_kept_for(dedup_retention)
+        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(TurnIds)
+        """The `TurnIds` of recent turns, one object per distinct ids (so plan lookups find
+        them by identity)."""
 
     def message(
         self, pattern: str | re.Pattern[str] | None = None, *, rerun: bool = True
@@ -128,12 +132,12 @@ class AgentApplication:
         field, before anything is read."""
         activity = Activity.of(activity)
         sender, conversation = activity.from_property, activity.conversation
-        ids = TurnIds(
-            channel_id=activity.channel_id,
-            user_id=sender.id if sender is not None else None,
-            conversation_id=conversation.id if conversation is not None else None,
-            app_name=self.app_name,
-            namespace=self.namespace,
+        ids = self._ids(
+            activity.channel_id,
+            sender.id if sender is not None else None,
+            conversation.id if conversation is not None else None,
+            self.app_name,
+            self.namespace,
         )
 
         record_key = self._record_key(activity, ids)

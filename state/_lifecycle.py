@@ -40,8 +40,9 @@ async def read_turn(
 ) -> TurnState:
     """The `TurnState` of `ids`, every persisted bucket of it read in one batched read, with
     `extra_keys` (the framework's own documents of the turn, see `TurnState.attach`)."""
-    keys = scopes.plan(ids).keys + extra_keys
-    return TurnState(ids, scopes, await storage.read(keys) if keys else {}, storage.read)
+    state = TurnState(ids, scopes, read=storage.read)
+    await state.load(extra_keys)
+    return state
 
 
 async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:

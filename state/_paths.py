@@ -97,7 +97,7 @@ def get_in(root: Any, parts: tuple[str, ...]) -> Any:
     """Follow `parts` from `root`; `MISSING` when a member on the way is absent."""
     node = root
     for depth, step in enumerate(parts):
-        node = _step(node, step, parts, depth)
+        node = node.get(step, MISSING) if type(node) is dict else _step(node, step, parts, depth)
         if node is MISSING:
             return MISSING
     return node

@@ -11,14 +11,17 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ._bucket import AgentState
-from ._errors import MissingIdError, ScopeError
+from ._errors import MissingIdError, ScopeError, StatePathError
 from ._ids import TurnIds
 from ._keys import escape_segment
+from ._paths import split_path
 from ._scopes import BUILTIN_SCOPES
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
 PLAN_CACHE_SIZE = 4096
 """Distinct ids whose keys an application keeps (about 1 KB each)."""
+PATH_CACHE_SIZE = 1024
+"""Distinct state paths whose parse an application keeps."""
 
 
 class Plan(NamedTuple):
@@ -43,7 +46,7 @@ class Scopes:
     and the keys of recently seen ids come from a bounded cache (`key_for` depends on ids only).
     """
 
-    __slots__ = ("classes", "plan")
+    __slots__ = ("classes", "names", "plan", "locate")
 
     def __init__(
         self, custom_scopes: Iterable[type[AgentState]] = (), *, include_builtin: bool = True
@@ -52,7 +55,25 @@ class Scopes:
         self.classes: tuple[tuple[str, type[AgentState]], ...] = tuple(
             _scope_classes(custom_scopes, include_builtin).items()
         )
+        self.names = frozenset(name for name, _ in self.classes)
         self.plan: Callable[[TurnIds], Plan] = lru_cache(maxsize=PLAN_CACHE_SIZE)(self._plan)
+        self.locate: Callable[[str], tuple[str, tuple[str, ...]]] = lru_cache(
+            maxsize=PATH_CACHE_SIZE
+        )(self._locate)
+
+    def _locate(self, path: str) -> tuple[str, tuple[str, ...]]:
+        """The scope and steps of a state path: `"user.a.b"` and `"user:a.b"` are steps
+        `a, b` of the user scope; a path whose first step names no scope is session state.
+        Cached per path (`locate`), since this depends on the path and the scope names alone."""
+        head, colon, rest = path.partition(":")
+        if colon and "." not in head:
+            return head, split_path(rest)
+        first, _, rest = path.partition(".")
+        if first in self.names:
+            if not rest:
+                raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
+            return first, split_path(rest)
+        return "session", split_path(path)
 
     def _plan(self, ids: TurnIds) -> Plan:
         """The buckets of a turn with `ids`; `ScopeError` when two scopes share a key."""

@@ -76,7 +76,7 @@ async def first_match(routes: Sequence[Route], ctx: TurnContext) -> Route | None
     """The first route, in registration order, whose selector accepts `ctx`."""
     for route in routes:
         matched = route.selector(ctx)
-        if inspect.isawaitable(matched):
+        if type(matched) is not bool and inspect.isawaitable(matched):
             matched = await matched
         if matched:
             return route

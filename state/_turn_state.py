@@ -16,7 +16,7 @@ from ._bucket import AgentState
 from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
 from ._history import History
 from ._ids import TurnIds
-from ._paths import MISSING, split_path
+from ._paths import MISSING
 from ._plan import Scopes
 from .backends import StoreItem
 
@@ -30,7 +30,8 @@ class TurnState:
     """
 
     __slots__ = (
-        "ids", "discarded", "closed", "rerun", "_plan", "_buckets", "_found", "_read", "_history"
+        "ids", "discarded", "closed", "rerun",
+        "_scopes", "_plan", "_buckets", "_found", "_read", "_history",
     )  # fmt: skip
 
     def __init__(
@@ -38,7 +39,7 @@ class TurnState:
         ids: TurnIds,
         scopes: Scopes | Iterable[type[AgentState]] = (),
         found: Mapping[str, StoreItem] | None = None,
-        read: Callable[[list[str]], Awaitable[dict[str, StoreItem]]] | None = None,
+        read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]] | None = None,
     ) -> None:
         """The buckets of `ids` planned by `scopes` (a `Scopes`, or custom scope classes added
         to the built-in ones), starting from the stored `found` items (`open_turn` reads them
@@ -48,11 +49,19 @@ class TurnState:
         self.discarded = False
         self.closed = False
         self.rerun = True
-        self._plan = (scopes if isinstance(scopes, Scopes) else Scopes(scopes)).plan(ids)
+        self._scopes = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
+        self._plan = self._scopes.plan(ids)
         self._buckets: dict[str, AgentState] = {}
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
+
+    async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
+        """Read every planned bucket, and `extra_keys` (framework documents, see `attach`),
+        in one batched read through `read` (`open_turn` does this before the turn)."""
+        keys = self._plan.keys + extra_keys
+        if keys:
+            self._found.update(await self._storage_read()(keys))
 
     def stored_buckets(self) -> list[AgentState]:
         """The persisted buckets this turn has used so far (the only ones that can change)."""
@@ -73,10 +82,13 @@ class TurnState:
             raise StateClosedError("history")
         missing = [key for key in documents if key not in self._buckets and key not in self._found]
         if missing:
-            if self._read is None:
-                raise RuntimeError("this TurnState was made without a storage to read from")
-            self._found.update(await self._read(missing))
+            self._found.update(await self._storage_read()(missing))
         return [self.attach(cls, key) for key, cls in documents.items()]
+
+    def _storage_read(self) -> Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]:
+        if self._read is None:
+            raise RuntimeError("this TurnState was made without a storage to read from")
+        return self._read
 
     @property
     def history(self) -> History:
@@ -214,15 +226,8 @@ class TurnState:
         """Resolve a path's scope (`"user.a"`, `"user:a"`, else session) and its steps."""
         if not isinstance(path, str):
             raise StatePathError(f"a path must be a str, got {type(path).__name__}")
-        head, colon, rest = path.partition(":")
-        if colon and "." not in head:
-            return self.scope(head), split_path(rest)
-        first, _, rest = path.partition(".")
-        if self._plan.has(first):
-            if not rest:
-                raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
-            return self.scope(first), split_path(rest)
-        return self.scope("session"), split_path(path)
+        name, parts = self._scopes.locate(path)
+        return self.scope(name), parts
 
 
 def _require_key(bucket: AgentState) -> str:

@@ -125,3 +125,17 @@ def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key):
             check_key(key)
     else:
         assert check_key(key) == key
+
+
+def test_check_key_remembers_only_valid_keys():
+    for _ in range(2):  # a refusal is never remembered: the second call refuses again
+        with pytest.raises(InvalidKeyError):
+            check_key("a//b")
+    assert check_key("a/b") == "a/b" and check_key("a/b") == "a/b"
+
+    class Key(str):
+        pass
+
+    assert check_key(Key("a/b")) == "a/b"  # a str subclass is checked like a str
+    with pytest.raises(InvalidKeyError):
+        check_key(Key("a/../b"))
