@@ -24,9 +24,10 @@ _HEAD = b'{"v":%d,"key":' % FORMAT_VERSION
 _DATA_MARK = b',"data":'  # cannot occur inside a JSON string: its '"' would be escaped
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Envelope:
-    """A decoded stored document: the user's data plus what the store keeps about it.
+    """A decoded stored document: the user's data plus what the store keeps about it (not
+    frozen: every read builds one, and a frozen dataclass costs a microsecond more).
 
     `raw_data` is the stored JSON bytes of `data` when the envelope was laid out by `wrap`
     (a change baseline for callers), else None.

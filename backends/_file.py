@@ -30,7 +30,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
@@ -44,7 +44,7 @@ from ._errors import FormatError, StorageConfigError
 from ._filelock import StripedFileLocks
 from ._filenames import is_hashed, key_for_name, name_for_key
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
-from ._keys import check_key
+from ._keys import KEYS_REMEMBERED, check_key
 
 T = TypeVar("T")
 
@@ -54,13 +54,15 @@ STALE_TEMP_SECONDS = 3600.0
 LOCK_TIMEOUT_SECONDS = 10.0
 """Default `lock_timeout`: how long a read-modify-write waits for a key's lock."""
 
-# Blocking file I/O runs in aiofiles' executor: one thread hop per operation, not per call.
-_read_files = aiofiles.os.wrap(fileio.read_files)
 _read_heads = aiofiles.os.wrap(fileio.read_heads)
 
 
 class FileStorage(Storage):
     """Documents as files under `root`, which is created if missing.
+
+    Reads run in the event loop's thread: reading a few documents from the page cache costs
+    less than handing the batch to a worker thread. A write batch, which waits for fsync,
+    is one worker-thread call holding the locks of all its keys.
 
     `lock_timeout` (seconds, default `LOCK_TIMEOUT_SECONDS`; 0 tries once) bounds each wait
     for a key's lock held by another process or instance; then `StorageUnavailableError`.
@@ -82,6 +84,8 @@ class FileStorage(Storage):
                 f"lock_timeout must be a finite number of seconds >= 0, got {lock_timeout!r}"
             )
         self._locks = StripedFileLocks(self.root / LOCK_DIR, timeout=lock_timeout)
+        self._path: Callable[[str], Path] = lru_cache(maxsize=KEYS_REMEMBERED)(self._path_of)
+        """The file of a (valid) key, remembered per key (it depends on the key alone)."""
         with unavailable(f"file storage: cannot open the directory {self.root}", (OSError,)):
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -128,8 +132,8 @@ class FileStorage(Storage):
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         what = f"file storage: cannot read {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
-        with unavailable(what, (OSError,)):
-            raws = await _read_files(self.root, [self._path(key) for key in keys])
+        with unavailable(what, (OSError,)):  # in the loop's thread: see the class docstring
+            raws = fileio.read_files(self.root, [self._path(key) for key in keys])
         now = time.time()
         found = {}
         for key, raw in zip(keys, raws, strict=True):
@@ -144,16 +148,21 @@ class FileStorage(Storage):
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         now = time.time()
-        for write in writes:
-            expires_at = now + write.ttl if write.ttl is not None else None
-            action = partial(self._write_locked, write, expires_at)
-            etag = await self._locked(write.key, f"cannot write {write.key!r}", action)
-            outcomes[write.key] = CONFLICT if etag is None else etag
+
+        def write_all() -> None:  # under every key's lock, in one worker-thread call
+            for write in writes:
+                expires_at = now + write.ttl if write.ttl is not None else None
+                etag = self._write_locked(write, expires_at)
+                outcomes[write.key] = CONFLICT if etag is None else etag
+
+        keys = [write.key for write in writes]
+        what = f"cannot write {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
+        await self._locked(keys, what, write_all)
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         for key in keys:
             action = partial(self._delete_locked, key, if_match.get(key, ANY))
-            if not await self._locked(key, f"cannot delete {key!r}", action):
+            if not await self._locked([key], f"cannot delete {key!r}", action):
                 outcomes[key] = CONFLICT
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
@@ -178,13 +187,13 @@ class FileStorage(Storage):
                     keys.append(key)
                 else:
                     action = partial(self._remove_expired_locked, key)
-                    await self._locked(key, f"cannot delete expired {key!r}", action)
+                    await self._locked([key], f"cannot delete expired {key!r}", action)
         for key in sorted(keys):
             yield key
 
-    async def _locked(self, key: str, what: str, action: Callable[[], T]) -> T:
+    async def _locked(self, keys: list[str], what: str, action: Callable[[], T]) -> T:
         with unavailable(f"file storage: {what}", (OSError,)):
-            return await self._locks.run(key, action)
+            return await self._locks.run(keys, action)
 
     def _remove_orphan_temps(self, names: list[str]) -> None:
         """Delete the temp files among `names` whose writer is gone (see module docstring)."""
@@ -221,7 +230,7 @@ class FileStorage(Storage):
         if head is not None and head.key == key and expired(head.expires_at):
             fileio.remove_durably(path)
 
-    def _path(self, key: str) -> Path:
+    def _path_of(self, key: str) -> Path:
         return self.root / name_for_key(key)
 
 

@@ -1,8 +1,8 @@
 """Per-key exclusive locks that hold across tasks, storage instances and OS processes.
 
 Keys hash onto a fixed set of lock files (stripes), so lock files never pile up or need
-deleting. `run(key, action)` queues the instance's tasks on an asyncio lock, then runs the
-blocking `action` in one worker-thread call that holds `flock` on the key's lock file around
+deleting. `run(keys, action)` queues the instance's tasks on an asyncio lock, then runs the
+blocking `action` in one worker-thread call that holds `flock` on the keys' lock files around
 it: the event loop never blocks, a lock holder never waits for another thread, and a
 cancelled caller cannot cut a critical section short (the thread finishes it and unlocks).
 
@@ -61,15 +61,19 @@ class StripedFileLocks:
         """Whether `name` is one of these locks' stripe names, as `stripe` returns them."""
         return name in self._names
 
-    async def run(self, key: str, action: Callable[[], T]) -> T:
-        """Run blocking `action` in a worker thread while holding the lock of `key`.
+    async def run(self, keys: list[str], action: Callable[[], T]) -> T:
+        """Run blocking `action` in one worker-thread call while holding the locks of `keys`.
 
-        Raises `StorageUnavailableError` if the lock is not free within the timeout.
+        Stripes are taken in one order (sorted), so two batches cannot deadlock. Raises
+        `StorageUnavailableError` if a lock is not free within the timeout.
         """
         deadline = time.monotonic() + self._timeout
-        stripe = self.stripe(key)
-        async with self._task_lock(stripe):
-            return await asyncio.to_thread(self._call_locked, key, stripe, deadline, action)
+        stripes = {self.stripe(key): key for key in keys}
+        order = sorted(stripes)
+        async with contextlib.AsyncExitStack() as held:
+            for stripe in order:
+                await held.enter_async_context(self._task_lock(stripe))
+            return await asyncio.to_thread(self._call_locked, stripes, order, deadline, action)
 
     def run_if_free(self, stripe: str, action: Callable[[], None]) -> None:
         """Run blocking `action` holding the stripe's lock if nobody holds it now; never waits."""
@@ -77,14 +81,19 @@ class StripedFileLocks:
             if held:
                 action()
 
-    def _call_locked(self, key: str, stripe: str, deadline: float, action: Callable[[], T]) -> T:
-        path = self._directory / stripe
-        with _flocked(path, deadline) as held:
-            if not held:
-                raise StorageUnavailableError(
-                    f"file storage: the lock of {key!r} ({path}) stayed held by another process"
-                    f" or storage instance for the whole lock_timeout of {self._timeout:g} s"
-                )
+    def _call_locked(
+        self, stripes: dict[str, str], order: list[str], deadline: float, action: Callable[[], T]
+    ) -> T:
+        """Take the flock of each stripe in `order`, then run `action` (in a worker thread)."""
+        with contextlib.ExitStack() as held:
+            for stripe in order:
+                path = self._directory / stripe
+                if not held.enter_context(_flocked(path, deadline)):
+                    raise StorageUnavailableError(
+                        f"file storage: the lock of {stripes[stripe]!r} ({path}) stayed held by"
+                        " another process or storage instance for the whole lock_timeout of"
+                        f" {self._timeout:g} s"
+                    )
             return action()
 
     def _task_lock(self, stripe: str) -> asyncio.Lock:

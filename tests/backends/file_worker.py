@@ -62,7 +62,7 @@ async def hold_lock(root: str, key: str) -> None:
         print("locked", flush=True)
         sys.stdin.readline()
 
-    await StripedFileLocks(Path(root) / LOCK_DIR, timeout=LOCK_TIMEOUT_SECONDS).run(key, hold)
+    await StripedFileLocks(Path(root) / LOCK_DIR, timeout=LOCK_TIMEOUT_SECONDS).run([key], hold)
     print("released", flush=True)
 
 

@@ -243,14 +243,14 @@ async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
         acquired.set()
         release.wait(10)
 
-    holder = asyncio.create_task(first.run("k", hold))
+    holder = asyncio.create_task(first.run(["k"], hold))
     assert await asyncio.to_thread(acquired.wait, 5)
     with pytest.raises(asyncio.TimeoutError):  # blocked by the other instance's holder
-        await asyncio.wait_for(second.run("k", lambda: None), 0.2)
+        await asyncio.wait_for(second.run(["k"], lambda: None), 0.2)
     release.set()
     await holder
-    assert await asyncio.wait_for(second.run("k", lambda: "second"), 5) == "second"
-    assert await asyncio.wait_for(first.run("k", lambda: "first"), 5) == "first"
+    assert await asyncio.wait_for(second.run(["k"], lambda: "second"), 5) == "second"
+    assert await asyncio.wait_for(first.run(["k"], lambda: "first"), 5) == "first"
 
 
 def test_one_storage_serves_one_event_loop_after_another(tmp_path):
@@ -513,3 +513,25 @@ async def test_an_expired_document_under_another_keys_name_is_neither_absent_nor
         await storage.write({"c/users/bob": StoreItem({"mine": "bob's"}, None)})
     assert [k async for k in storage.list("c/users/")] == []  # expired, yet not removed by list
     assert storage.path_for("c/users/bob").read_bytes() == planted
+
+
+async def test_a_batch_costs_at_most_one_worker_thread_call(tmp_path, monkeypatch):
+    storage = FileStorage(tmp_path)
+    keys = [f"k/{i}" for i in range(5)]
+    etags = await storage.write({key: StoreItem({"n": 0}, None) for key in keys})
+    calls = []
+    real = asyncio.to_thread
+
+    async def counted(function, *args, **kwargs):
+        calls.append(function)
+        return await real(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    found = await storage.read([*keys, "k/missing"])
+    assert {key: item.value for key, item in found.items()} == dict.fromkeys(keys, {"n": 0})
+    assert calls == []  # reads run in the loop's thread
+    outcomes: dict = {}
+    writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys]
+    await storage._write(writes, outcomes)
+    assert len(calls) == 1 and set(outcomes) == set(keys)
+    assert all(item.value == {"n": 1} for item in (await storage.read(keys)).values())
