@@ -11,6 +11,8 @@ before timing.
   and state are compared).
 - Google ADK: `get_session` + `append_event` on `InMemorySessionService`, which has no
   storage layer, so its storage-call columns are empty.
+- floor: the turn's work done directly (key lookup, `orjson.loads` copy, edit,
+  `orjson.dumps`, a versioned store, the reply `Activity`), no framework.
 
 Our activities carry no id (ids repeat as the turns rotate, and a repeated id is a
 redelivery, which agent-state does not apply twice), so no side keeps delivery records.
@@ -18,7 +20,10 @@ Each scenario runs twice: as a full bot turn (the handler sends a reply) and sta
 (neither side replies; ADK never does). Rounds are interleaved (every system once per
 round, in a rotating order) and each system's figure is the median of its rounds.
 
-Run: .venv/bin/python benchmarks/turns.py [--rounds 7] [--round-seconds 0.25]
+After that table it prints the state-size sweep (`state_size.py`) and each backend's turn
+next to its floor (`backend_turns.py`: files, and Redis on a private server).
+
+Run: .venv/bin/python benchmarks/turns.py [--rounds 7] [--round-seconds 0.25] [--memory-only]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import gc
 import os
 import platform
 import statistics
@@ -33,7 +39,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import backend_turns
 import orjson
+import state_size
 from _support import NoConnections, StubAdapter, ms_message
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
@@ -215,12 +223,54 @@ async def adk(scenario: Scenario) -> tuple[Turn, None]:
     return turn, None
 
 
+# --- the floor ------------------------------------------------------------------------------
+
+
+async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
+    """The same turn's work done directly: look the key up, copy the stored document out
+    (`orjson.loads`), edit it, `orjson.dumps` it and store it if the version is unchanged,
+    and build the reply `Activity`; nothing else (no framework, no checks)."""
+    seed = orjson.dumps(seed_state(scenario.big))
+    store: dict[str, tuple[int, bytes]] = {f"conv-{i}": (0, seed) for i in range(POOL)}
+    incoming = [
+        Activity(
+            channel_id="bench",
+            from_={"id": f"user-{i}"},
+            recipient={"id": "bot"},
+            conversation={"id": f"conv-{i}"},
+            text="hi",
+        )
+        for i in range(POOL)
+    ]
+    counts = Counts()
+
+    async def turn(i: int) -> None:
+        activity = incoming[i % POOL]
+        key = activity.conversation.id  # type: ignore[union-attr]
+        version, data = store[key]
+        counts.reads += 1
+        doc = orjson.loads(data)
+        count = doc["count"]
+        if scenario.changes:
+            count += 1
+            doc["count"] = count
+            encoded = orjson.dumps(doc)
+            if store[key][0] == version:
+                store[key] = (version + 1, encoded)
+                counts.writes += 1
+        if scenario.replies:
+            activity.reply(f"count {count}")
+
+    return turn, counts
+
+
 # --- driver ---------------------------------------------------------------------------------
 
 SYSTEMS: dict[str, Setup] = {
     "agent-state": ours,
     "M365 Agents SDK": microsoft,
     "Google ADK": adk,
+    "floor": floor,
 }
 
 
@@ -269,13 +319,8 @@ def fmt_calls(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
-    parser.add_argument(
-        "--round-seconds", type=float, default=0.25, help="seconds per system and round"
-    )
-    args = parser.parse_args()
+async def memory_table(args: argparse.Namespace) -> None:
+    """Every system on every scenario, then the verdicts."""
 
     print(
         f"{datetime.date.today()} · Python {platform.python_version()} · {os.cpu_count()} cores"
@@ -301,19 +346,49 @@ async def main() -> None:
             )
         print()
         ratio = ours_result.turns_per_second / results["M365 Agents SDK"].turns_per_second
+        of_floor = results["floor"].turns_per_second / ours_result.turns_per_second
         calls_ok = ours_result.reads_per_turn == 1 and ours_result.writes_per_turn == (
             1 if scenario.changes else 0
         )
         verdicts.append(
-            f"{scenario.name:<36} {ratio:5.1f}x the M365 SDK; storage calls "
+            f"{scenario.name:<36} {ratio:5.1f}x the M365 SDK ({_met(ratio >= 10)}); "
+            f"{of_floor:4.1f}x the floor's time ({_met(of_floor <= 3)}); storage calls "
             f"{ours_result.reads_per_turn:.0f} read + {ours_result.writes_per_turn:.0f} write "
-            f"per turn ({'met' if calls_ok else 'missed'})"
+            f"per turn ({_met(calls_ok)})"
         )
-    print("Targets: >= 10x the M365 Agents SDK's turns/s; 1 read and at most 1 write per turn,")
-    print("none when unchanged.")
+    print("Targets: >= 10x the M365 Agents SDK's turns/s; within 3x of the floor's time per turn;")
+    print("1 read and at most 1 write per turn, none when unchanged.")
     for verdict in verdicts:
         print("  " + verdict)
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.25, help="seconds per system and round"
+    )
+    parser.add_argument(
+        "--memory-only", action="store_true", help="skip the size sweep and the backends"
+    )
+    parser.add_argument("--redis-url", default=os.environ.get("AGENT_STATE_REDIS_URL"))
+    args = parser.parse_args()
+    asyncio.run(memory_table(args))
+    if args.memory_only:
+        return
+    gc.collect()  # the systems above leave a large heap behind; start the next parts clean
+    asyncio.run(state_size.run(args.rounds))
+    gc.collect()
+    if args.redis_url:
+        asyncio.run(backend_turns.run(args.redis_url, args.rounds, 2 * args.round_seconds))
+        return
+    with backend_turns.private_redis() as url:
+        asyncio.run(backend_turns.run(url, args.rounds, 2 * args.round_seconds))
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
