@@ -31,17 +31,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import gc
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import backend_turns
 import orjson
-import state_size
 from _support import NoConnections, StubAdapter, ms_message
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
@@ -380,9 +381,10 @@ def main() -> None:
     asyncio.run(memory_table(args))
     if args.memory_only:
         return
-    gc.collect()  # the systems above leave a large heap behind; start the next parts clean
-    asyncio.run(state_size.run(args.rounds))
-    gc.collect()
+    # a process of its own: the heap the systems above leave behind would make the garbage
+    # collector's passes, which decoding a 1 MB document triggers, cost more than the turn
+    sweep = [sys.executable, str(Path(__file__).with_name("state_size.py"))]
+    subprocess.run([*sweep, "--rounds", str(args.rounds)], check=True)
     if args.redis_url:
         asyncio.run(backend_turns.run(args.redis_url, args.rounds, 2 * args.round_seconds))
         return
