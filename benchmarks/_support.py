@@ -14,6 +14,8 @@ from pathlib import Path
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
+from agent_state import Activity
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -44,6 +46,18 @@ def server(command: list[str], port: int, name: str, timeout: float = 15.0) -> I
     finally:
         process.terminate()
         process.wait(10)
+
+
+def message(i: int) -> Activity:
+    """Message `i` of a benchmark's pool: `user-i` in conversation `conv-i` on channel
+    `bench`, without an id (a repeated id would be a redelivery, which is not applied)."""
+    return Activity(
+        channel_id="bench",
+        from_={"id": f"user-{i}"},
+        recipient={"id": "bot"},
+        conversation={"id": f"conv-{i}"},
+        text="hi",
+    )
 
 
 def ms_message(

@@ -34,11 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import orjson
-from _support import free_port, server
+from _support import free_port, message, server
 from redis.asyncio import Redis
 
 from agent_state import (
-    Activity,
     AgentApplication,
     TurnContext,
     TurnState,
@@ -66,17 +65,7 @@ class Row:
     floor_rates: list[float] = field(default_factory=list)
 
 
-def incoming(i: int) -> Activity:
-    return Activity(
-        channel_id="bench",
-        from_={"id": f"user-{i}"},
-        recipient={"id": "bot"},
-        conversation={"id": f"conv-{i}"},
-        text="hi",
-    )
-
-
-ACTIVITIES = [incoming(i) for i in range(POOL)]
+ACTIVITIES = [message(i) for i in range(POOL)]
 
 
 def turn_keys(i: int) -> list[str]:

@@ -20,8 +20,9 @@ import tracemalloc
 from collections.abc import Awaitable, Callable
 
 import orjson
+from _support import message
 
-from agent_state import Activity, AgentApplication, TurnContext, TurnState, conversation_key
+from agent_state import AgentApplication, TurnContext, TurnState, conversation_key
 from agent_state.backends import MemoryStorage, StoreItem
 
 SIZES = {"1 KB": 1024, "100 KB": 100 * 1024, "1 MB": 1024 * 1024}
@@ -54,18 +55,9 @@ async def setup(size: int, change: str) -> Callable[[int], Awaitable[object]]:
 
     seed = document(size)
     await storage.write(
-        {conversation_key("bench", f"c{i}"): StoreItem(seed, None) for i in range(POOL)}
+        {conversation_key("bench", f"conv-{i}"): StoreItem(seed, None) for i in range(POOL)}
     )
-    incoming = [
-        Activity(
-            channel_id="bench",
-            from_={"id": f"u{i}"},
-            recipient={"id": "bot"},
-            conversation={"id": f"c{i}"},
-            text="hi",
-        )
-        for i in range(POOL)
-    ]
+    incoming = [message(i) for i in range(POOL)]
     return lambda i: app.process(incoming[i % POOL])
 
 

@@ -43,12 +43,12 @@ from pathlib import Path
 
 import backend_turns
 import orjson
-from _support import NoConnections, StubAdapter, ms_message
+from _support import NoConnections, StubAdapter, message, ms_message
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
 from microsoft_agents.hosting import core as ms
 
-from agent_state import Activity, AgentApplication, TurnContext, TurnState, conversation_key
+from agent_state import AgentApplication, TurnContext, TurnState, conversation_key
 from agent_state.backends import MemoryStorage, StoreItem
 
 POOL = 500
@@ -126,16 +126,7 @@ async def ours(scenario: Scenario) -> tuple[Turn, Counts]:
         if scenario.replies:
             await ctx.send(f"count {count}")
 
-    activities = [  # no ids: the turns rotate over a pool, and a repeated id is a redelivery
-        Activity(
-            channel_id="bench",
-            from_={"id": f"user-{i}"},
-            recipient={"id": "bot"},
-            conversation={"id": f"conv-{i}"},
-            text="hi",
-        )
-        for i in range(POOL)
-    ]
+    activities = [message(i) for i in range(POOL)]
     seed = seed_state(scenario.big)
     await storage.write(
         {conversation_key("bench", f"conv-{i}"): StoreItem(seed, None) for i in range(POOL)}
@@ -233,16 +224,7 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
     and build the reply `Activity`; nothing else (no framework, no checks)."""
     seed = orjson.dumps(seed_state(scenario.big))
     store: dict[str, tuple[int, bytes]] = {f"conv-{i}": (0, seed) for i in range(POOL)}
-    incoming = [
-        Activity(
-            channel_id="bench",
-            from_={"id": f"user-{i}"},
-            recipient={"id": "bot"},
-            conversation={"id": f"conv-{i}"},
-            text="hi",
-        )
-        for i in range(POOL)
-    ]
+    incoming = [message(i) for i in range(POOL)]
     counts = Counts()
 
     async def turn(i: int) -> None:
