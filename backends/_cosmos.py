@@ -25,7 +25,11 @@ from azure.core.exceptions import AzureError
 from azure.core.pipeline.transport import AioHttpTransport
 from azure.cosmos import PartitionKey
 from azure.cosmos.aio import ContainerProxy, CosmosClient
-from azure.cosmos.exceptions import CosmosBatchOperationError, CosmosHttpResponseError
+from azure.cosmos.exceptions import (
+    CosmosBatchOperationError,
+    CosmosHttpResponseError,
+    CosmosResourceExistsError,
+)
 
 from ._base import Storage, WriteGroup, gather_all, unavailable
 from ._cosmos_ids import item_id, partition_value
@@ -349,16 +353,19 @@ class CosmosStorage(Storage):
 
     async def _open(self) -> ContainerProxy:
         await self._client.__aenter__()  # reads the account: a wrong key fails here
+        database = self._client.get_database_client(self.database_name)
+        container = database.get_container_client(self.container_name)
         if self._create:
-            database = await self._client.create_database_if_not_exists(self.database_name)
-            container = await database.create_container_if_not_exists(
-                self.container_name,
-                partition_key=PartitionKey(PARTITION_KEY_PATH),
-                default_ttl=-1,
-            )
-        else:
-            database = self._client.get_database_client(self.database_name)
-            container = database.get_container_client(self.container_name)
+            # the SDK reads, then creates what is missing: another process (or storage) may
+            # create it in between, and the 409 that follows means it is there
+            with contextlib.suppress(CosmosResourceExistsError):
+                database = await self._client.create_database_if_not_exists(self.database_name)
+            with contextlib.suppress(CosmosResourceExistsError):
+                container = await database.create_container_if_not_exists(
+                    self.container_name,
+                    partition_key=PartitionKey(PARTITION_KEY_PATH),
+                    default_ttl=-1,
+                )
         try:
             properties = await container.read()
         except CosmosHttpResponseError as exc:

@@ -338,3 +338,21 @@ if os.environ.get(LIVE_ENDPOINT) and os.environ.get(LIVE_KEY):  # opt-in: collec
             endpoint, key = os.environ[LIVE_ENDPOINT], os.environ[LIVE_KEY]
             async with cosmos_harness(endpoint, key) as harness:
                 yield harness
+
+
+async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str):
+    # each checks the database and container exist, finds them missing and creates them:
+    # all but one creation meet a 409 from the service, which must not fail the open
+    storages = [CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh") for _ in range(4)]
+    try:
+        etags = await asyncio.gather(
+            *(s.write({f"k/{i}": StoreItem({"i": i}, None)}) for i, s in enumerate(storages))
+        )
+        assert [list(etag) for etag in etags] == [[f"k/{i}"] for i in range(4)]
+        found = await storages[0].read([f"k/{i}" for i in range(4)])
+        assert {key: item.value for key, item in found.items()} == {
+            f"k/{i}": {"i": i} for i in range(4)
+        }
+    finally:
+        for opened in storages:
+            await opened.close()
