@@ -26,7 +26,7 @@ _HEAD_BYTES = 64 * 1024
 
 
 def read_files(directory: Path, paths: list[Path]) -> list[bytes | None]:
-    """Each whole file in `directory`, or None where it does not exist (one thread hop per batch).
+    """Each whole file in `directory`, or None where it does not exist.
 
     Raises `FileNotFoundError` if `directory` itself is gone: then a missing file does not
     mean a missing key.

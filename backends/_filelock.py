@@ -1,10 +1,11 @@
 """Per-key exclusive locks that hold across tasks, storage instances and OS processes.
 
 Keys hash onto a fixed set of lock files (stripes), so lock files never pile up or need
-deleting. `run(keys, action)` queues the instance's tasks on an asyncio lock, then runs the
-blocking `action` in one worker-thread call that holds `flock` on the keys' lock files around
-it: the event loop never blocks, a lock holder never waits for another thread, and a
-cancelled caller cannot cut a critical section short (the thread finishes it and unlocks).
+deleting. `run(keys, action)` queues the instance's tasks on each stripe's asyncio lock,
+then runs the blocking `action` in one worker-thread call that holds `flock` on the keys'
+lock files around it: the event loop never blocks, a lock holder never waits for another
+thread, and a cancelled caller cannot cut a critical section short (the thread finishes it
+and unlocks).
 
 A wait is bounded: the thread retries a non-blocking `flock` with short, growing pauses
 until `timeout` seconds after `run` was called, then raises `StorageUnavailableError`

@@ -8,7 +8,8 @@ from functools import lru_cache
 from ._errors import InvalidKeyError
 
 KEYS_REMEMBERED = 8192
-"""Valid keys `check_key` remembers (validity depends on the string alone)."""
+"""How many keys each per-key cache keeps: valid keys here, and what a storage derives
+from a key alone (its write group, its file)."""
 
 
 def check_key(key: object) -> str:

@@ -187,16 +187,29 @@ async def measure(turn: Turn, seconds: float, start: int) -> tuple[float, int]:
     return done / elapsed, done
 
 
+def run_on(redis_url: str | None, rounds: int, round_seconds: float) -> None:
+    """`run` on the Redis at `redis_url`, or on a private server when it is None."""
+    if redis_url:
+        asyncio.run(run(redis_url, rounds, round_seconds))
+        return
+    with private_redis() as url:
+        asyncio.run(run(url, rounds, round_seconds))
+
+
 async def run(redis_url: str, rounds: int, round_seconds: float) -> None:
-    folder = tempfile.mkdtemp(prefix="agent-state-bench-")
-    raw = Redis.from_url(redis_url)
+    with tempfile.TemporaryDirectory(prefix="agent-state-bench-") as folder:
+        await run_in(folder, redis_url, rounds, round_seconds)
+
+
+async def run_in(folder: str, redis_url: str, rounds: int, round_seconds: float) -> None:
+    """Measure every row with its files under `folder`, then print the table."""
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     stores: list[Storage] = []
     rows = []
     for changes in (True, False):
         change = "changed" if changes else "unchanged"
         files = open_storage(f"file://{folder}/ours-{change}")
-        redis = open_storage(f"{redis_url}?namespace={namespace}-{change}")
+        redis = open_storage(redis_url, namespace=f"{namespace}-{change}")
         stores += [files, redis]
         floor_folder = os.path.join(folder, f"floor-{change}")
         os.mkdir(floor_folder)
@@ -220,11 +233,11 @@ async def run(redis_url: str, rounds: int, round_seconds: float) -> None:
                     (row.ours_rates if side == "ours" else row.floor_rates).append(rate)
                 counts[id(row)] += done
     finally:
+        client = stores[1].client  # type: ignore[attr-defined]
+        async for key in client.scan_iter(match=f"{namespace}*"):  # ours and the floors'
+            await client.unlink(key)
         for store in stores:
             await store.close()
-        async for key in raw.scan_iter(match=f"{namespace}*"):
-            await raw.unlink(key)
-        await raw.aclose()
     report(rows, rounds, round_seconds)
 
 
@@ -252,11 +265,7 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=0.4)
     parser.add_argument("--redis-url", default=os.environ.get("AGENT_STATE_REDIS_URL"))
     args = parser.parse_args()
-    if args.redis_url:
-        asyncio.run(run(args.redis_url, args.rounds, args.round_seconds))
-        return
-    with private_redis() as url:
-        asyncio.run(run(url, args.rounds, args.round_seconds))
+    run_on(args.redis_url, args.rounds, args.round_seconds)
 
 
 if __name__ == "__main__":

@@ -367,11 +367,7 @@ def main() -> None:
     # collector's passes, which decoding a 1 MB document triggers, cost more than the turn
     sweep = [sys.executable, str(Path(__file__).with_name("state_size.py"))]
     subprocess.run([*sweep, "--rounds", str(args.rounds)], check=True)
-    if args.redis_url:
-        asyncio.run(backend_turns.run(args.redis_url, args.rounds, 2 * args.round_seconds))
-        return
-    with backend_turns.private_redis() as url:
-        asyncio.run(backend_turns.run(url, args.rounds, 2 * args.round_seconds))
+    backend_turns.run_on(args.redis_url, args.rounds, 2 * args.round_seconds)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,6 @@ class Plan(NamedTuple):
     missing: dict[str, MissingIdError]
     """The scopes whose key needs an id these ids lack."""
 
-    def has(self, name: str) -> bool:
-        """Whether `name` is a scope of the turn (with or without the ids it needs)."""
-        return name in self.scopes or name in self.missing
-
 
 class Scopes:
     """The scope classes of a turn, built-in plus custom ones, checked once, and their keys.
@@ -56,6 +52,7 @@ class Scopes:
             _scope_classes(custom_scopes, include_builtin).items()
         )
         self.names = frozenset(name for name, _ in self.classes)
+        """Every scope name, whether or not a turn has the ids its key needs."""
         self.plan: Callable[[TurnIds], Plan] = lru_cache(maxsize=PLAN_CACHE_SIZE)(self._plan)
         self.locate: Callable[[str], tuple[str, tuple[str, ...]]] = lru_cache(
             maxsize=PATH_CACHE_SIZE

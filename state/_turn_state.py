@@ -166,7 +166,7 @@ class TurnState:
         return self.scope("temp")
 
     def __getattr__(self, name: str) -> AgentState:
-        if name.startswith("_") or not self._plan.has(name):
+        if name.startswith("_") or name not in self._scopes.names:
             raise AttributeError(f"{type(self).__name__} has no attribute or scope {name!r}")
         return self.scope(name)
 
@@ -215,7 +215,7 @@ class TurnState:
         if colon:
             return self.scope(scope), name
         head, dot, rest = key.partition(".")
-        if dot and self._plan.has(head):
+        if dot and head in self._scopes.names:
             raise StatePathError(
                 f"state[{key!r}] would name a session member called {key!r}; for the {head} "
                 f"scope write state[{f'{head}:{rest}'!r}], or state.get/set({key!r}) for a path"
