@@ -28,11 +28,13 @@ T = TypeVar("T")
 
 MERGE_RETRIES = 3
 """How many times a save replays its changes onto a newer version after a conflict."""
-TURN_ATTEMPTS = 10
+TURN_ATTEMPTS = 16
 """How many times `run_turn` runs a turn whose changes could not be merged (first run too)."""
 BACKOFF_BASE = 0.002
 BACKOFF_CAP = 1.0
-"""Seconds: before run n+1 a turn waits a random time up to min(CAP, BASE * 2**n)."""
+"""Seconds: before run n+1 a turn waits a random time up to min(CAP, d * 2**(n-1)), where d
+is how long run n took (at least BASE): contenders spread over as long as a run lasts, so
+a turn on a store with slow commits (Blob intents) does not re-run into the same race."""
 
 
 async def read_turn(
@@ -85,10 +87,13 @@ async def retry_on_conflict(
 
     A merge attempt stops at a conflict that is not `retryable` (a clash on a path). With
     `rerun` each attempt runs the whole turn again on a fresh read, after a jittered backoff,
-    so every conflict may be retried: a failed save wrote nothing.
+    so every conflict may be retried: a failed save wrote nothing. The backoff grows with the
+    run's own duration (see `BACKOFF_CAP`).
     """
     check_retries(retries)
+    clock = asyncio.get_running_loop().time
     for number in range(retries + 1):
+        started = clock()
         try:
             return await attempt(number)
         except StateConflictError as exc:
@@ -96,7 +101,8 @@ async def retry_on_conflict(
                 failed = exc
                 break
         if rerun:
-            await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**number)))
+            window = max(BACKOFF_BASE, clock() - started) * 2**number
+            await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, window)))
     message = failed.reason
     if failed.retryable or rerun:
         scopes = ", ".join(map(repr, failed.scopes))

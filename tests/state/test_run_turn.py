@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent_state import SessionState, StateConflictError, TurnIds, TurnState, open_turn
+from agent_state import _lifecycle as lifecycle
 from agent_state._lifecycle import run_turn
 from agent_state.backends import FileStorage, MemoryStorage, Storage
 
@@ -77,6 +78,37 @@ async def test_the_runs_are_bounded_and_the_error_says_so() -> None:
     assert seen == [1, 2, 3]
     with pytest.raises(ValueError):
         await run_turn(storage, IDS, always_overtaken, attempts=0)
+
+
+async def test_the_backoff_grows_with_the_runs_and_with_how_long_a_run_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slow store's turn must spread its re-runs over as long as a run takes, or the
+    contenders meet again at once (three processes on Blob storage gave up after 10 runs)."""
+    windows: list[float] = []
+
+    def no_wait(low: float, high: float) -> float:
+        windows.append(high)
+        return 0.0
+
+    monkeypatch.setattr(lifecycle.random, "uniform", no_wait)
+    storage = MemoryStorage()
+
+    async def slow_and_overtaken(state: TurnState, attempt: int) -> None:
+        count = state.get("conversation.count", 0)
+        await asyncio.sleep(0.05)  # the run's own duration, which the backoff scales with
+        async with open_turn(storage, IDS) as other:
+            other["conversation:count"] = count + 100
+        state["conversation:count"] = count + 1
+
+    with pytest.raises(StateConflictError):
+        await run_turn(storage, IDS, slow_and_overtaken, attempts=7)
+    assert len(windows) == 6
+    assert 0.05 <= windows[0] < 0.5
+    assert all(
+        later >= 1.9 * earlier for earlier, later in zip(windows[:4], windows[1:5], strict=True)
+    )
+    assert windows[-1] == lifecycle.BACKOFF_CAP
 
 
 async def test_a_save_across_files_that_conflicts_applies_nothing_and_runs_again(
