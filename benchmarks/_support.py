@@ -10,11 +10,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
 from agent_state import Activity
+
+R = TypeVar("R")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +92,18 @@ class Sampled:
     @property
     def requests_per_turn(self) -> float:
         return statistics.median(s[1] for s in self.samples)
+
+    def ratio_to(self, other: Sampled) -> float:
+        """The median over rounds of this row's turns/s over `other`'s in the same round:
+        a slow spell of the shared machine or the server hits both sides of each ratio."""
+        pairs = zip(self.samples, other.samples, strict=True)
+        return statistics.median(mine[0] / theirs[0] for mine, theirs in pairs)
+
+
+def round_order(rows: list[R], number: int) -> list[R]:
+    """The rows in the order round `number` runs them: reversed every other round, so no
+    row always runs right after the same one."""
+    return rows if number % 2 == 0 else rows[::-1]
 
 
 class StubAdapter(ChannelAdapter):

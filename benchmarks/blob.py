@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _support import ROOT, NoConnections, Sampled, StubAdapter, free_port, server
+from _support import ROOT, NoConnections, Sampled, StubAdapter, free_port, round_order, server
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
 from azure.core.pipeline.transport import AioHttpTransport
@@ -239,8 +239,8 @@ async def run(connection_string: str, turns: int, rounds: int, rtts: list[float]
             RequestCount.rtt = rtt / 1000
             for row in rows:
                 row.samples.clear()
-            for _ in range(rounds):  # interleaved, so drift hits every row alike
-                for row in rows:
+            for number in range(rounds):  # interleaved, so drift hits every row alike
+                for row in round_order(rows, number):
                     await measure(row, turns)
             all_met &= report(turns, rounds, rtt, rows)
     finally:
@@ -256,19 +256,17 @@ async def run(connection_string: str, turns: int, rounds: int, rtts: list[float]
 def report(turns: int, rounds: int, rtt: float, rows: list[Row]) -> bool:
     floor_row, ours_row, ms_row, ids_row = rows
     network = f"+ {rtt:g} ms modelled round trip per request" if rtt else "on loopback"
-    print(f"Azure Blob, Azurite {network}: {turns} sequential turns per round, median of {rounds}")
+    print(
+        f"Azure Blob, Azurite {network}: {turns} sequential turns per round, median of {rounds}"
+        " (ratios: median of per-round ratios)"
+    )
     print(f"{'system':<36}{'turns/s':>10}{'HTTP req/turn':>15}{'ours / it':>11}")
     for row in rows:
-        ratio = (
-            ""
-            if row in (ours_row, ids_row)
-            else f"{ours_row.turns_per_second / row.turns_per_second:.2f}x"
-        )
+        ratio = "" if row in (ours_row, ids_row) else f"{ours_row.ratio_to(row):.2f}x"
         print(
             f"{row.name:<36}{row.turns_per_second:>10,.1f}{row.requests_per_turn:>15.2f}{ratio:>11}"
         )
-    vs_ms = ours_row.turns_per_second / ms_row.turns_per_second
-    vs_floor = ours_row.turns_per_second / floor_row.turns_per_second
+    vs_ms, vs_floor = ours_row.ratio_to(ms_row), ours_row.ratio_to(floor_row)
     met_ms, met_floor = vs_ms >= TARGET_VS_MICROSOFT, vs_floor >= TARGET_VS_FLOOR
     print(
         f"\nTargets: >= {TARGET_VS_MICROSOFT:.0f}x the M365 SDK: {vs_ms:.2f}x "
