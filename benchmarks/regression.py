@@ -3,11 +3,12 @@
 Each version runs in a process of its own: the earlier one installed from `git archive` of
 the revision into a temporary folder, this tree as installed. The parent interleaves
 rounds (each version once per round, the order alternating) and reports each version's
-median turns/s and their ratio. The turns are `turns.py`'s (a counter in conversation
-state, a reply, activities without ids), plus one that changes two buckets (user and
-conversation), on MemoryStorage and on FileStorage. Memory turns never wait, so they are
-timed in CPU seconds of their process (other load on a shared machine does not count);
-file turns wait for the disk, so in wall-clock seconds.
+median turns/s and the median of the rounds' own ratios (this tree over the earlier one,
+each pair run back to back, so a slow spell of the shared machine hits both). The turns
+are `turns.py`'s (a counter in conversation state, a reply, activities without ids), plus
+one that changes two buckets (user and conversation), on MemoryStorage and on FileStorage.
+Memory turns never wait, so they are timed in CPU seconds of their process (other load on
+a shared machine does not count); file turns wait for the disk, so in wall-clock seconds.
 
 Both versions do the same work, but not under the same guarantees where a turn writes two
 buckets on a store that writes key by key: there this tree commits them all-or-nothing
@@ -129,7 +130,7 @@ def main() -> None:
         if _version(earlier) == _version(None):
             raise SystemExit("the earlier version does not shadow this tree's install")
         print(f"agent-state at {args.rev} vs this tree; medians of {args.rounds} interleaved")
-        print(f"rounds of {args.round_seconds} s; turns/s\n")
+        print(f"rounds of {args.round_seconds} s; turns/s; ratio: median of per-round ratios\n")
         print(f"{'turn':<28} {args.rev:>10} {'this tree':>10} {'ratio':>7}")
         for scenario in [name for name in SCENARIOS if args.only in name]:
             workers = {"old": _worker(scenario, earlier), "new": _worker(scenario, None)}
@@ -147,7 +148,9 @@ def main() -> None:
                 worker.stdin.close()
                 worker.wait(30)
             old, new = (statistics.median(rates[name]) for name in ("old", "new"))
-            print(f"{scenario:<28} {old:>10,.0f} {new:>10,.0f} {new / old:>6.2f}x")
+            pairs = zip(rates["new"], rates["old"], strict=True)
+            ratio = statistics.median(mine / theirs for mine, theirs in pairs)
+            print(f"{scenario:<28} {old:>10,.0f} {new:>10,.0f} {ratio:>6.2f}x")
 
 
 if __name__ == "__main__":

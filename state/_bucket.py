@@ -2,9 +2,10 @@
 
 A bucket owns what it loads (storage reads are the caller's own copies), so it hands out its
 members directly. Before it first hands out anything it records a baseline: the stored JSON
-bytes when the storage gives them, else one serialization. An untouched bucket costs nothing
-at save; a touched one one serialization and a bytes comparison, and those bytes are what
-gets written. The RFC 6902 patch against the start is only computed when asked for
+bytes when the storage gives them, else one serialization. A bucket that was never edited
+and handed out only scalars costs nothing at save; one that was edited or lent a container
+(which may have been edited in place) one serialization and a bytes comparison, and those
+bytes are what gets written. The RFC 6902 patch against the start is only computed when asked for
 (`changes()`) or when rebasing after a conflict. Loading and saving live in `_lifecycle`.
 """
 
@@ -76,6 +77,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         "_closed",
         "_reads",
         "_read_all",
+        "_exposed",
     )
     _key: str | None
     _etag: str | None
@@ -88,6 +90,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     _closed: bool
     _reads: set[tuple[str, ...]]
     _read_all: bool
+    _exposed: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -146,12 +149,13 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     def data(self) -> Any:
         """The live document: the model instance of a typed bucket, else a dict of JSON values."""
         root = self._root()
-        self._read_all = True
+        self._read_all = self._exposed = True
         return root
 
     @data.setter
     def data(self, value: Any) -> None:
         self._root()
+        self._exposed = True
         if self.model is not None:
             if not isinstance(value, self.model):
                 raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
@@ -166,17 +170,19 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._reads.add((key,))
         if value is MISSING:
             raise KeyError(key)
-        return value
+        return self._lend(value)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of `key`, or `default` when absent (falsy stored values are returned)."""
         value = child(self._root(), key)
         self._reads.add((key,))
-        return default if value is MISSING else value
+        return default if value is MISSING else self._lend(value)
 
     def __setitem__(self, key: str, value: Any) -> None:
+        root = self._root()
+        self._exposed = True
         try:
-            put(self._root(), key, value)
+            put(root, key, value)
         except ValidationError as exc:
             raise typed.validation_error(self._key, exc) from exc
 
@@ -185,12 +191,12 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self[key] = value
 
     def __delitem__(self, key: str) -> None:
-        if not drop(self._root(), key):
+        if not drop(self._edited(), key):
             raise KeyError(key)
 
     def delete(self, key: str) -> None:
         """Remove `key` if present (no error when it is absent)."""
-        drop(self._root(), key)
+        drop(self._edited(), key)
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
@@ -211,7 +217,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     def clear(self) -> None:
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
-        root = self._root()
+        root = self._edited()
         if isinstance(root, BaseModel):
             self._value, self._kept = typed.decode(type(self), self._key, None)
         else:
@@ -232,23 +238,25 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         """The value at a path of member names / list indices, or `MISSING` when absent."""
         value = get_in(self._root(), parts)
         self._reads.add(parts)
-        return value
+        return value if value is MISSING else self._lend(value)
 
     def set_path(self, parts: tuple[str, ...], value: Any) -> None:
         """Set the value at a path, creating missing intermediate dicts."""
         try:
-            set_in(self._root(), parts, value)
+            set_in(self._edited(), parts, value)
         except ValidationError as exc:
             raise typed.validation_error(self._key, exc, parts[:-1]) from exc
 
     def delete_path(self, parts: tuple[str, ...]) -> bool:
         """Remove the value at a path; return whether it was there."""
-        return delete_in(self._root(), parts)
+        return delete_in(self._edited(), parts)
 
     @property
     def changed(self) -> bool:
         """Whether the document differs from what was loaded (or last saved), nested edits too."""
-        return self._base is not None and self._dump(self._document()) != self._base
+        if self._base is None or not self._exposed:
+            return False
+        return self._dump(self._document()) != self._base
 
     def changes(self) -> list[dict[str, Any]]:
         """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
@@ -275,7 +283,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._value = self._base = self._pending = None
         self._kept = {}
         self._reads = set()
-        self._read_all = False
+        self._read_all = self._exposed = False
 
     def pending_write(self) -> StoreItem | None:
         """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
@@ -284,7 +292,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         write returns. Raises `StateValueError` /
         `StateValidationError` for a document that cannot be stored, before anything is written.
         """
-        if self._base is None:
+        if self._base is None or not self._exposed:
             return None
         document = self._document()
         dumped = self._dump(document)
@@ -389,6 +397,20 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             self._loaded = self._stored = None
         return self._value
 
+    def _edited(self) -> Any:
+        """`_root()` for an edit: the document may differ from its baseline from now on."""
+        root = self._root()
+        self._exposed = True
+        return root
+
+    def _lend(self, value: Any) -> Any:
+        """`value`, handed out: a container (or model) may be edited in place, so the save
+        must compare the document with its baseline; only a bucket that handed out scalars
+        alone and was never edited is known unchanged without serializing it."""
+        if type(value) not in _SCALARS:
+            self._exposed = True
+        return value
+
     def _document(self) -> dict[str, Any]:
         if self.model is None:
             return self._value  # type: ignore[no-any-return]
@@ -407,6 +429,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             except JsonRuleError as exc:
                 raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
             raise
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types of values no in-place edit can change."""
 
 
 def _lent_value(document: dict[str, Any], parts: tuple[str, ...]) -> Any:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from agent_state._bucket import AgentState
 from agent_state._errors import ScopeError, StateConflictError, StateError, StateValueError
 from agent_state._ids import TurnIds
+from agent_state._paths import MISSING
 from agent_state._scopes import TempState, UserState
 from agent_state.backends import StoreItem
 from agent_state.jsonpatch._apply import apply_patch
@@ -30,7 +31,7 @@ def loaded(document: dict, etag: str = "1") -> UserState:
 def blind(bucket: AgentState) -> dict:
     """The live document without recording a read: these tests exercise the write-write
     rules, which hold whatever a turn read (the read rules have their own tests below)."""
-    return bucket._root()
+    return bucket._edited()
 
 
 def snapshot(bucket: AgentState) -> dict:
@@ -147,6 +148,19 @@ def test_untouched_and_read_only_buckets_are_unchanged():
     assert not bucket.changed and bucket.changes() == [] and bucket.pending_write() is None
     assert bucket["a"]["b"][1] == 2 and bucket.get("z") == 0 and list(bucket) == ["a", "z"]
     assert not bucket.changed and bucket.pending_write() is None
+
+
+def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison():
+    """No in-place edit can follow a read of a scalar, so the save skips serializing the
+    document: a document another writer stored in its own layout is not rewritten either."""
+    raw = b'{ "name" : "Ada",  "visits": 3, "profile": {"langs": ["en"]} }'
+    bucket = UserState("c/users/u", StoreItem(orjson.loads(raw), "1", raw))
+    assert bucket.get("name") == "Ada" and bucket["visits"] == 3 and "plan" not in bucket
+    assert bucket.get("plan", []) == [] and bucket.get_path(("profile", "x")) is MISSING
+    assert not bucket.changed and bucket.pending_write() is None
+    bucket.get("profile")["langs"].append("fr")  # a container handed out, edited in place
+    item = bucket.pending_write()
+    assert item is not None and item.value["profile"] == {"langs": ["en", "fr"]}
 
 
 def test_new_empty_bucket_is_unchanged_until_written_to():
