@@ -1,8 +1,9 @@
 """Local-file storage: one envelope file per key in a flat directory, safe across processes.
 
 File names come from `filenames` (reversible, lower-case, at most 255 bytes). Every write is
-a durable atomic replace (`fileio`), so a crash never leaves a torn document, and runs with
-its version check in one critical section under the key's `flock` (`filelock`), so
+an atomic replace by a synced file (`fileio`), so a crash never leaves a torn document; one
+fsync of the folder per batch makes its renames durable before the batch returns. A write
+runs with its version check in one critical section under the key's `flock` (`filelock`), so
 preconditions hold across tasks, instances and OS processes. Etags are uuid4 hex and never
 repeat. A lock wait is bounded by `lock_timeout` and then raises `StorageUnavailableError`.
 TTL is kept in the file as `meta.expires_at` (Unix time); expired documents read as
@@ -150,10 +151,16 @@ class FileStorage(Storage):
         now = time.time()
 
         def write_all() -> None:  # under every key's lock, in one worker-thread call
-            for write in writes:
-                expires_at = now + write.ttl if write.ttl is not None else None
-                etag = self._write_locked(write, expires_at)
-                outcomes[write.key] = CONFLICT if etag is None else etag
+            replaced = False
+            try:
+                for write in writes:
+                    expires_at = now + write.ttl if write.ttl is not None else None
+                    etag = self._write_locked(write, expires_at)
+                    outcomes[write.key] = CONFLICT if etag is None else etag
+                    replaced |= etag is not None
+            finally:  # one fsync of the folder persists every rename of the batch
+                if replaced:
+                    fileio.fsync_directory(self.root)
 
         keys = [write.key for write in writes]
         what = f"cannot write {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
@@ -207,13 +214,14 @@ class FileStorage(Storage):
                 fileio.remove_if_older(path, STALE_TEMP_SECONDS)
 
     def _write_locked(self, write: PreparedWrite, expires_at: float | None) -> str | None:
-        """Under the key's lock: replace the document if the precondition holds; new etag."""
+        """Under the key's lock: replace the document if the precondition holds; new etag.
+        The caller persists the rename (`fileio.fsync_directory`) before it reports success."""
         path = self._path(write.key)
         if write.expected != ANY and not _holds(write.key, write.expected, fileio.read_head(path)):
             return None
         etag = uuid.uuid4().hex
         raw = wrap(write.key, write.data, etag, expires_at=expires_at)
-        fileio.replace_durably(path, raw, tag=self._locks.stripe(write.key))
+        fileio.replace_file(path, raw, tag=self._locks.stripe(write.key))
         return etag
 
     def _delete_locked(self, key: str, expected: str) -> bool:

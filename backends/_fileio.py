@@ -1,7 +1,8 @@
-"""Blocking file primitives of FileStorage, run in worker threads: durable replace, head reads.
+"""Blocking file primitives of FileStorage: atomic replace, durable delete, head reads.
 
-`replace_durably` writes a temp file next to the target, fsyncs it, renames it over the
-target and fsyncs the directory, so a crash leaves the old or the new file, never a torn one.
+`replace_file` writes a temp file next to the target, fsyncs it and renames it over the
+target, so a crash leaves the old or the new file, never a torn one; the rename is durable
+once `fsync_directory` of the folder returns (one call for a whole batch of replaces).
 A temp file's name carries a tag from its writer (FileStorage: the lock stripe it holds), so
 a cleaner can tell whether a writer may still be at work on it. `read_head` learns a
 document's key, etag and expiry without parsing its data.
@@ -63,8 +64,9 @@ def temp_tag(name: str) -> str | None:
     return tag
 
 
-def replace_durably(path: Path, raw: bytes, tag: str) -> None:
-    """Atomically make `raw` the content of `path` and persist it (see module docstring).
+def replace_file(path: Path, raw: bytes, tag: str) -> None:
+    """Atomically make `raw` the content of `path`, its bytes on disk (see module docstring:
+    `fsync_directory` persists the rename).
 
     The temp file is named `.tmp-<tag>-<uuid4 hex>`.
     """
@@ -79,7 +81,6 @@ def replace_durably(path: Path, raw: bytes, tag: str) -> None:
         with contextlib.suppress(OSError):
             os.remove(temp)
         raise
-    fsync_directory(path.parent)
 
 
 def remove_durably(path: Path) -> None:
@@ -105,6 +106,7 @@ def remove_if_older(path: Path, max_age: float) -> None:
 
 
 def fsync_directory(path: Path) -> None:
+    """Persist the names in folder `path`: the renames and deletes made in it so far."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -35,6 +35,7 @@ from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
 from agent_state.backends._fileio import TEMP_PREFIX, temp_tag
 from agent_state.backends._filelock import StripedFileLocks
 from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
+from agent_state.backends._items import CONFLICT
 from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 
@@ -535,3 +536,29 @@ async def test_a_batch_costs_at_most_one_worker_thread_call(tmp_path, monkeypatc
     await storage._write(writes, outcomes)
     assert len(calls) == 1 and set(outcomes) == set(keys)
     assert all(item.value == {"n": 1} for item in (await storage.read(keys)).values())
+
+
+async def test_a_batch_syncs_each_file_and_the_folder_once(tmp_path, monkeypatch):
+    """Each document's bytes reach the disk before its rename, and one fsync of the folder
+    makes the batch's renames durable before the write returns, even when a key conflicts."""
+    storage = FileStorage(tmp_path)
+    keys = [f"k/{i}" for i in range(5)]
+    etags = await storage.write({key: StoreItem({"n": 0}, None) for key in keys})
+    synced: list[str] = []
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        synced.append("folder" if os.path.isdir(f"/proc/self/fd/{fd}") else "file")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    outcomes: dict = {}
+    writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys[:4]]
+    await storage._write(writes, outcomes)  # one batch of the store (a commit makes several)
+    assert sorted(synced) == ["file"] * 4 + ["folder"]
+    synced.clear()
+    stale = [storage._prepare("k/0", StoreItem({"n": 2}, etags["k/0"]))]
+    fresh = [storage._prepare("k/4", StoreItem({"n": 2}, etags["k/4"]))]
+    await storage._write(stale + fresh, outcomes)
+    assert outcomes["k/0"] is CONFLICT and isinstance(outcomes["k/4"], str)
+    assert sorted(synced) == ["file", "folder"]
