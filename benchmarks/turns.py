@@ -20,8 +20,10 @@ Each scenario runs twice: as a full bot turn (the handler sends a reply) and sta
 (neither side replies; ADK never does). Rounds are interleaved (every system once per
 round, in a rotating order) and each system's figure is the median of its rounds.
 
-After that table it prints the state-size sweep (`state_size.py`) and each backend's turn
-next to its floor (`backend_turns.py`: files, and Redis on a private server).
+After that table it prints the state-size sweep (`state_size.py`), each backend's turn
+next to its floor (`backend_turns.py`: files, and Redis on a private server), and the
+Azure backends' turns next to their raw-SDK floors and the M365 SDK's own storages
+(`blob.py` on a private Azurite, loopback only; `cosmos.py` on the project's emulator).
 
 Run: .venv/bin/python benchmarks/turns.py [--rounds 7] [--round-seconds 0.25] [--memory-only]
 """
@@ -43,7 +45,7 @@ from pathlib import Path
 
 import backend_turns
 import orjson
-from _support import NoConnections, StubAdapter, message, ms_message
+from _support import ROOT, NoConnections, StubAdapter, message, ms_message
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
 from microsoft_agents.hosting import core as ms
@@ -368,6 +370,10 @@ def main() -> None:
     sweep = [sys.executable, str(Path(__file__).with_name("state_size.py"))]
     subprocess.run([*sweep, "--rounds", str(args.rounds)], check=True)
     backend_turns.run_on(args.redis_url, args.rounds, 2 * args.round_seconds)
+    for script, options in (("blob.py", ["--rtt-ms", "0"]), ("cosmos.py", [])):
+        command = [sys.executable, str(Path(__file__).with_name(script)), *options]
+        # each prints its table and exits 1 when it misses a target: this run goes on
+        subprocess.run([*command, "--turns", "100", "--rounds", str(args.rounds)], cwd=ROOT)
 
 
 if __name__ == "__main__":
