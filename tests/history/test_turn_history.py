@@ -22,9 +22,18 @@ from typing import Any
 import orjson
 import pytest
 
+from agent_state import _lifecycle as lifecycle
 from agent_state import conversation_key, open_storage, session_key, user_key
 from agent_state.backends import MemoryStorage, Storage
-from tests.history.worker import CONVERSATIONS, KILLED, USERS, application, deliver, run
+from tests.history.worker import (
+    CONVERSATIONS,
+    KILLED,
+    USERS,
+    application,
+    deliver,
+    report_merges,
+    run,
+)
 from tests.stores import SHARED, STORES
 
 TURNS = 60
@@ -80,14 +89,17 @@ async def check(storage: Storage, lines: list[dict[str, Any]]) -> None:
         assert user.get("balance", 0) == -turns("transfer", user=u)
         total += user.get("balance", 0)
     assert total == 0  # transfers keep the sum
-    runs = sum(attempts.values())
-    print(f"turns {len(attempts)}, runs {runs}, re-runs {runs - len(attempts)}")
+    runs, merges = sum(attempts.values()), sum("merged" in line for line in lines)
+    print(f"turns {len(attempts)}, runs {runs}, re-runs {runs - len(attempts)}, merges {merges}")
 
 
-async def test_memory_history_is_serial() -> None:
+async def test_memory_history_is_serial(monkeypatch: pytest.MonkeyPatch) -> None:
     storage = MemoryStorage()
+    merged: list[dict[str, Any]] = []
+    monkeypatch.setattr(lifecycle, "_rebase", lifecycle._rebase)  # put back after the test
+    report_merges(merged)
     lines = await asyncio.gather(*(run(storage, seed, TURNS) for seed in range(PROCESSES)))
-    await check(storage, [line for part in lines for line in part])
+    await check(storage, [line for part in lines for line in part] + merged)
 
 
 FAULTS = {"file": True, "redis": False, "redis-cluster": True, "blob": True, "cosmos": True}

@@ -3,9 +3,11 @@
 Usage: python -m tests.history.worker STORAGE_URL SEED TURNS [IO_FAULT_RATE [DIE_AT_WRITE]]
 Prints one JSON line per activity as it starts (`{"activity": ...}`) and as it is done
 (`{"done": id, "attempt": n}`), so the checker knows every activity this process began
-even if it is killed. With faults, a share of the store's primitive writes fails after
-writing the first key of its batch (the activity is then redelivered, as a channel would),
-and the process kills itself in the middle of its DIE_AT_WRITE-th primitive write.
+even if it is killed, and one per merge (`{"merged": keys}`: a save that replayed its
+turn's changes onto a newer version instead of running the turn again). With faults, a
+share of the store's primitive writes fails after writing the first key of its batch (the
+activity is then redelivered, as a channel would), and the process kills itself in the
+middle of its DIE_AT_WRITE-th primitive write.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import orjson
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
+from agent_state import _lifecycle as lifecycle
 from agent_state.backends import Storage, StorageUnavailableError
 from agent_state.backends._commit_contract import first_unit
 from agent_state.backends._items import Outcomes, PreparedWrite
@@ -124,6 +127,18 @@ async def run(storage: Storage, seed: int, turns: int) -> list[dict[str, Any]]:
     return lines
 
 
+def report_merges(lines: list[dict[str, Any]]) -> None:
+    """From now on, add a line `{"merged": keys}` to `lines` (and, in a worker process, to
+    stdout) each time a save rebases its turn's changes onto the newer stored versions."""
+    rebase = lifecycle._rebase
+
+    async def reported(storage: Storage, buckets: Any, keys: list[str]) -> None:
+        await rebase(storage, buckets, keys)
+        lines.append(report({"merged": keys}))
+
+    lifecycle._rebase = reported
+
+
 def report(line: dict[str, Any]) -> dict[str, Any]:
     if __name__ == "__main__":
         sys.stdout.write(orjson.dumps(line).decode() + "\n")
@@ -136,6 +151,7 @@ async def main(url: str, seed: int, turns: int, rate: float, die_at: int) -> Non
     storage.intent_timeout = INTENT_TIMEOUT
     if rate or die_at:
         inject_faults(storage, random.Random(-seed), rate, die_at)
+    report_merges([])
     await run(storage, seed, turns)
     await storage.close()
 
