@@ -5,8 +5,8 @@ members directly. Before it first hands out anything it records a baseline: the 
 bytes when the storage gives them, else one serialization. A bucket that was never edited
 and handed out only scalars costs nothing at save; one that was edited or lent a container
 (which may have been edited in place) one serialization and a bytes comparison, and those
-bytes are what gets written. The RFC 6902 patch against the start is only computed when asked for
-(`changes()`) or when rebasing after a conflict. Loading and saving live in `_lifecycle`.
+bytes are what gets written. The RFC 6902 patch against the start is only computed when
+asked for (`changes()`) or when rebasing after a conflict. Loading and saving live in `_lifecycle`.
 """
 
 from __future__ import annotations
@@ -154,8 +154,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
 
     @data.setter
     def data(self, value: Any) -> None:
-        self._root()
-        self._exposed = True
+        self._edited()
         if self.model is not None:
             if not isinstance(value, self.model):
                 raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
@@ -179,10 +178,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         return default if value is MISSING else self._lend(value)
 
     def __setitem__(self, key: str, value: Any) -> None:
-        root = self._root()
-        self._exposed = True
         try:
-            put(root, key, value)
+            put(self._edited(), key, value)
         except ValidationError as exc:
             raise typed.validation_error(self._key, exc) from exc
 
