@@ -57,7 +57,7 @@ def read_heads(paths: list[Path]) -> list[Head | None]:
 
 
 def temp_tag(name: str) -> str | None:
-    """The writer's tag in a temp file name `replace_durably` made, else None."""
+    """The writer's tag in a temp file name `replace_file` made, else None."""
     tag, suffix = name[len(TEMP_PREFIX) : -_TEMP_SUFFIX_LENGTH], name[-_TEMP_SUFFIX_LENGTH:]
     if not name.startswith(TEMP_PREFIX) or not tag or suffix[0] != "-":
         return None
