@@ -93,7 +93,7 @@ async def retry_on_conflict(
     check_retries(retries)
     clock = asyncio.get_running_loop().time
     for number in range(retries + 1):
-        started = clock()
+        started = clock() if rerun else 0.0  # only a re-run's backoff needs the duration
         try:
             return await attempt(number)
         except StateConflictError as exc:
