@@ -45,6 +45,7 @@ from tests.agui.server_support import (
 )
 from tests.agui.support import json_equal
 from tests.stores import STORES
+from tests.strategies import JSON_SCALARS
 
 CHANNEL, THREAD = "agui", "t1"
 SECRET = "s3cr3t-d0-not-send"
@@ -179,15 +180,8 @@ async def test_the_validator_accepts_a_run_and_flags_broken_copies_of_it(
 # --- state: what the stream says is what the server holds --------------------------------------
 
 KEYS = st.sampled_from(["a", "b", "a/b", "~1", "", "é"])
-LEAVES = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=4)
-)
 VALUES = st.recursive(
-    LEAVES,
+    JSON_SCALARS,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
     max_leaves=6,
 )

@@ -19,6 +19,7 @@ from agent_state._scopes import TempState, UserState
 from agent_state.backends import StoreItem
 from agent_state.jsonpatch._apply import apply_patch
 from agent_state.jsonpatch._values import json_equal
+from tests.strategies import JSON_SCALARS
 
 FALSY = [0, 0.0, "", False, [], {}, None]
 
@@ -379,15 +380,8 @@ def test_model_must_be_a_pydantic_model():
             model = dict  # type: ignore[assignment]
 
 
-_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=4)
-)
 _json = st.recursive(
-    _scalars,
+    JSON_SCALARS,
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
     ),
