@@ -23,7 +23,8 @@ round, in a rotating order) and each system's figure is the median of its rounds
 After that table it prints the state-size sweep (`state_size.py`), each backend's turn
 next to its floor (`backend_turns.py`: files, and Redis on a private server), and the
 Azure backends' turns next to their raw-SDK floors and the M365 SDK's own storages
-(`blob.py` on a private Azurite, loopback only; `cosmos.py` on the project's emulator).
+(`blob.py` on loopback, on a private Azurite unless $AGENT_STATE_AZURITE_CONNECTION_STRING
+names one; `cosmos.py` on a private run of the project's emulator).
 
 Run: .venv/bin/python benchmarks/turns.py [--rounds 7] [--round-seconds 0.25] [--memory-only]
 """
