@@ -26,7 +26,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TypeVar
 
-from ._commit import INTENT, RECORDS, commit, read_settled
+from ._commit import INTENT, RECORDS, commit, settle
 from ._envelope import dump_data
 from ._errors import (
     ConflictError,
@@ -127,7 +127,12 @@ class Storage(ABC):
         """Read a batch of keys; missing keys are absent. Values are the caller's own."""
         batch = list(dict.fromkeys(check_keys(keys)))
         self._check_open()
-        return await read_settled(self, batch) if batch else {}
+        items = await self._read(batch) if batch else {}
+        for item in items.values():
+            if INTENT in item.value:  # a commit across atomic units under way or left over
+                await settle(self, items)
+                break
+        return items
 
     async def write(
         self,

@@ -163,7 +163,11 @@ class AgentApplication:
             return ctx.replies
 
         extra = (record_key,) if record_key is not None else ()
-        async with self._queues.turn(_queue_key(ids)):
+        place = self._queues.turn(_queue_key(ids))
+        waiting = place.take()
+        if waiting is not None:
+            await place.wait(waiting)
+        try:
             return await run_turn(
                 self.storage,
                 ids,
@@ -173,6 +177,8 @@ class AgentApplication:
                 extra_keys=extra,
                 queues=self._queues,
             )
+        finally:
+            place.leave()
 
     def _record_key(self, activity: Activity, ids: TurnIds) -> str | None:
         """Where `activity`'s processing is recorded; None without an id or a channel."""

@@ -19,9 +19,10 @@ from functools import lru_cache
 from typing import TypeVar
 
 from ._bucket import AgentState
+from ._errors import StateConflictError
 from ._ids import TurnIds
 from ._keys import escape_segment, parse_key
-from ._lifecycle import open_turn, read_turn, retry_on_conflict, save_buckets
+from ._lifecycle import ConflictRetries, open_turn, read_turn, save_buckets
 from ._plan import Scopes
 from ._scopes import UserState
 from .backends import InvalidKeyError, Storage
@@ -44,16 +45,17 @@ async def edit_state(
     retries: int = 3,
 ) -> B:
     """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`."""
-
-    async def attempt(number: int) -> B:
-        bucket = await read_state(storage, cls, ids)
-        outcome = fn(bucket)
-        if inspect.isawaitable(outcome):
-            await outcome
-        await save_buckets(storage, [bucket])
-        return bucket
-
-    return await retry_on_conflict(retries, attempt, rerun=True)
+    policy = ConflictRetries(retries, rerun=True)
+    while True:
+        try:
+            bucket = await read_state(storage, cls, ids)
+            outcome = fn(bucket)
+            if inspect.isawaitable(outcome):
+                await outcome
+            await save_buckets(storage, [bucket])
+            return bucket
+        except StateConflictError as exc:
+            await policy.after(exc)
 
 
 @asynccontextmanager

@@ -3,7 +3,7 @@
 `open_turn` is the one way a turn (a bot turn, a background job, an AG-UI run) gets its
 state: `async with open_turn(storage, ids) as state:` loads in one batched read and saves on
 a clean exit; an exception (or `state.discard()`) saves nothing. A conflicting save goes
-through `retry_on_conflict`, the one retry loop: a save replays the turn's patch onto the
+through `ConflictRetries`, the one retry policy: a save replays the turn's patch onto the
 newer version when that is provably serial; `run_turn` (bot turns) and `edit_state` run
 the turn's function again on the newer state when it is not.
 """
@@ -79,59 +79,71 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
         pending[key][0].mark_saved(etag)
 
 
-async def retry_on_conflict(
-    retries: int, attempt: Callable[[int], Awaitable[T]], *, rerun: bool = False
-) -> T:
-    """Run `attempt(0)`, then `attempt(1)`... while it raises `StateConflictError`, at most
-    `retries` more times.
+class ConflictRetries:
+    """The one retry policy of the lifecycle: how many more attempts a conflict allows, and the
+    backoff before a re-run. Callers loop `while True: try: return await <attempt> except
+    StateConflictError as exc: await retries.after(exc)`, so an attempt that succeeds (nearly
+    every one) costs no coroutine of the policy's.
 
-    A merge attempt stops at a conflict that is not `retryable` (a clash on a path). With
-    `rerun` each attempt runs the whole turn again on a fresh read, after a jittered backoff,
-    so every conflict may be retried: a failed save wrote nothing. The backoff grows with the
-    run's own duration (see `BACKOFF_CAP`).
+    A merge attempt (`rerun=False`) stops at a conflict that is not `retryable` (a clash on a
+    path). With `rerun` each attempt runs the whole turn again on a fresh read, after a
+    jittered backoff that grows with the run's own duration (see `BACKOFF_CAP`), so every
+    conflict may be retried: a failed save wrote nothing.
     """
-    check_retries(retries)
-    clock = asyncio.get_running_loop().time
-    for number in range(retries + 1):
-        started = clock() if rerun else 0.0  # only a re-run's backoff needs the duration
-        try:
-            return await attempt(number)
-        except StateConflictError as exc:
-            if (not rerun and not exc.retryable) or number == retries:
-                failed = exc
-                break
-        if rerun:
-            window = max(BACKOFF_BASE, clock() - started) * 2**number
+
+    __slots__ = ("retries", "rerun", "number", "_clock", "_started")
+
+    def __init__(self, retries: int, *, rerun: bool = False) -> None:
+        check_retries(retries)
+        self.retries, self.rerun = retries, rerun
+        self.number = 0
+        """The attempt under way, from 0."""
+        if rerun:  # only a re-run's backoff needs the duration
+            self._clock = asyncio.get_running_loop().time
+            self._started = self._clock()
+
+    async def after(self, conflict: StateConflictError) -> None:
+        """Return when the next attempt may start (`number` counts it); raise the final
+        `StateConflictError` (saying how many attempts failed) when `conflict` ends them."""
+        number = self.number
+        if (not self.rerun and not conflict.retryable) or number == self.retries:
+            raise _given_up(conflict, number + 1, self.rerun) from conflict
+        if self.rerun:
+            window = max(BACKOFF_BASE, self._clock() - self._started) * 2**number
             await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, window)))
+            self._started = self._clock()
+        self.number = number + 1
+
+
+def _given_up(failed: StateConflictError, attempts: int, rerun: bool) -> StateConflictError:
+    """The error that ends the retries at `failed`, the last of `attempts` attempts."""
     message = failed.reason
     if failed.retryable or rerun:
         scopes = ", ".join(map(repr, failed.scopes))
         tries = "runs of the turn" if rerun else "conflicting writes"
-        message = f"gave up after {number + 1} {tries} of {scopes} state: {failed.reason}"
-    raise StateConflictError(
+        message = f"gave up after {attempts} {tries} of {scopes} state: {failed.reason}"
+    return StateConflictError(
         failed.keys,
         scopes=failed.scopes,
         paths=failed.paths,
         message=message,
         retryable=failed.retryable,
-    ) from failed
+    )
 
 
 async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: int) -> None:
     """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase (where that
     is provably what a serial order gives, see `AgentState.rebase`) and write again."""
-    conflict: list[StateConflictError] = []
-
-    async def attempt(number: int) -> None:
-        if number:
-            await _rebase(storage, buckets, conflict[-1].keys)
+    policy = ConflictRetries(retries)
+    conflict: StateConflictError | None = None
+    while True:
         try:
-            await save_buckets(storage, buckets)
+            if conflict is not None:
+                await _rebase(storage, buckets, conflict.keys)
+            return await save_buckets(storage, buckets)
         except StateConflictError as exc:
-            conflict.append(exc)
-            raise
-
-    await retry_on_conflict(retries, attempt)
+            await policy.after(exc)
+            conflict = exc
 
 
 def open_turn(
@@ -170,8 +182,9 @@ class _OpenTurn:
         """The turn's state once loaded."""
 
     async def __aenter__(self) -> TurnState:
-        self.state = await read_turn(self._storage, self._ids, self._plan, self._extra)
-        return self.state
+        state = self.state = TurnState(self._ids, self._plan, read=self._storage.read)
+        await state.load(self._extra)
+        return state
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         state = self.state
@@ -198,7 +211,7 @@ async def run_turn(
     the first being attempt 1. Only the last run's changes are saved; what a discarded run
     returned is dropped. `StateConflictError` when the runs are used up, when the body
     called `state.forbid_rerun()`, or when a store without atomic batches kept part of a
-    failed save (see `retry_on_conflict`).
+    failed save (see `ConflictRetries`).
 
     With `queues`, a run after a conflict first takes the queue of each key it conflicted
     on, so this process's turns that keep meeting on one bucket (an app-wide counter) take
@@ -207,26 +220,21 @@ async def run_turn(
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
+    policy = ConflictRetries(attempts - 1, rerun=True)
     contended: set[str] = set()
-
-    async def attempt(number: int) -> T:
-        turn = open_turn(storage, ids, scopes=plan, extra_keys=extra_keys)
+    while True:
+        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
         try:
             if not (contended and queues):
                 async with turn as state:
-                    return await body(state, number + 1)
+                    return await body(state, policy.number + 1)
             async with _queued(queues, contended), turn as state:
-                return await body(state, number + 1)
+                return await body(state, policy.number + 1)
         except StateConflictError as exc:
             if turn.state is not None and not turn.state.rerun:
-                raise _NoRerun(exc) from exc
+                raise
             contended.update(exc.keys)
-            raise
-
-    try:
-        return await retry_on_conflict(attempts - 1, attempt, rerun=True)
-    except _NoRerun as stop:
-        raise stop.conflict from None
+            await policy.after(exc)
 
 
 @asynccontextmanager
@@ -236,14 +244,6 @@ async def _queued(queues: TurnQueues, keys: set[str]) -> AsyncIterator[None]:
         for key in sorted(keys):
             await held.enter_async_context(queues.turn(("key", key)))
         yield
-
-
-class _NoRerun(Exception):
-    """Carries a conflict of a turn that must not run again out of the retry loop."""
-
-    def __init__(self, conflict: StateConflictError) -> None:
-        super().__init__(conflict)
-        self.conflict = conflict
 
 
 def check_retries(retries: object) -> None:

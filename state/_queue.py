@@ -38,7 +38,8 @@ class TurnQueues:
 
 
 class _Place:
-    """One turn's place in a queue (a class, not a generator: every turn pays for it).
+    """One turn's place in a queue: `async with`, or `take` / `wait` / `leave` on a hot path
+    that should not spend two coroutines on a key nobody else holds.
 
     The queue of a key is the deque of the turns waiting behind the one that holds it; a
     turn leaving hands the key to the first waiter, or removes the queue if none waits."""
@@ -50,29 +51,47 @@ class _Place:
         self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
 
     async def __aenter__(self) -> None:
+        place = self.take()
+        if place is not None:
+            await self.wait(place)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.leave()
+
+    def take(self) -> asyncio.Future[None] | None:
+        """Hold the key if it is free (or already held by this turn) and return None; else
+        join its queue and return the place to `wait` on."""
         held = _HELD.get()
         mark = (id(self._queues), self._key)
         if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
-            return
+            return None
         waiting = self._queues.get(self._key)
-        if waiting is None:
-            self._queues[self._key] = deque()
-        else:
+        if waiting is not None:
             place = asyncio.get_running_loop().create_future()
             waiting.append(place)
-            try:
-                await place
-            except BaseException:
-                if place.done() and not place.cancelled():  # handed the key as it was cancelled
-                    self._hand_on()
-                elif place in waiting:
-                    waiting.remove(place)
-                raise
+            return place
+        self._queues[self._key] = deque()
         self._token = _HELD.set((*held, mark))
+        return None
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def wait(self, place: asyncio.Future[None]) -> None:
+        """Wait until the key is handed to this turn (`take` returned `place`), then hold it."""
+        waiting = self._queues[self._key]
+        try:
+            await place
+        except BaseException:
+            if place.done() and not place.cancelled():  # handed the key as it was cancelled
+                self._hand_on()
+            elif place in waiting:
+                waiting.remove(place)
+            raise
+        self._token = _HELD.set((*_HELD.get(), (id(self._queues), self._key)))
+
+    def leave(self) -> None:
+        """Give up the key (a no-op for a turn that did not take it itself)."""
         if self._token is not None:
             _HELD.reset(self._token)
+            self._token = None
             self._hand_on()
 
     def _hand_on(self) -> None:
