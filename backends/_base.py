@@ -149,9 +149,10 @@ class Storage(ABC):
         a conflict of that key. A `StorageUnavailableError` may leave the batch in doubt:
         readers then see all of it or none of it.
         """
-        if not isinstance(changes, Mapping):
+        if type(changes) is not dict and not isinstance(changes, Mapping):  # ABC checks cost
             raise InvalidValueError("write() takes a mapping of key -> StoreItem")
-        ttl = _check_ttl(ttl, self.max_ttl_seconds)
+        if ttl is not None:
+            ttl = _check_ttl(ttl, self.max_ttl_seconds)
         prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
         checks = self._checks(unchanged, changes) if unchanged is not None else []
         self._check_open()
@@ -308,9 +309,8 @@ class Storage(ABC):
         """Release resources; backends with connections override it."""
 
 
-def _check_ttl(ttl: float | None, longest: float) -> float | None:
-    if ttl is None:
-        return None
+def _check_ttl(ttl: float, longest: float) -> float:
+    """`ttl` as a float, if it is a positive, finite number of seconds this backend keeps."""
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl):
         raise InvalidValueError(f"ttl must be a finite number of seconds, got {ttl!r}")
     if ttl <= 0:

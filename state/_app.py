@@ -8,6 +8,7 @@ instance serves any number of concurrent turns.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import lru_cache
@@ -28,7 +29,6 @@ from ._routing import (
     Handler,
     Route,
     Selector,
-    first_match,
     require_async,
     text_selector,
     type_selector,
@@ -195,11 +195,15 @@ class AgentApplication:
     async def _run(self, ctx: TurnContext, state: TurnState) -> None:
         if self._before and not await _run_hooks(self._before, ctx, state):
             return
-        route = await first_match(self._routes, ctx)
-        if route is not None:
-            if not route.rerun:
-                state.forbid_rerun()
-            await route.handler(ctx, state)
+        for route in self._routes:  # the first match, in registration order
+            matched = route.selector(ctx)
+            if type(matched) is not bool and inspect.isawaitable(matched):
+                matched = await matched
+            if matched:
+                if not route.rerun:
+                    state.forbid_rerun()
+                await route.handler(ctx, state)
+                break
         if self._after:
             await _run_hooks(self._after, ctx, state)
 

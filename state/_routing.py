@@ -1,11 +1,11 @@
-"""Routes: a selector over the turn and the handler it picks; the first match wins."""
+"""Routes: selectors over the turn and the handlers they pick (the app runs the first match)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -70,17 +70,6 @@ def type_selector(activity_type: str) -> Selector:
         raise TypeError("activity() takes a non-empty activity type string")
     wanted = activity_type.casefold()
     return lambda ctx: _is_type(ctx, wanted)
-
-
-async def first_match(routes: Sequence[Route], ctx: TurnContext) -> Route | None:
-    """The first route, in registration order, whose selector accepts `ctx`."""
-    for route in routes:
-        matched = route.selector(ctx)
-        if type(matched) is not bool and inspect.isawaitable(matched):
-            matched = await matched
-        if matched:
-            return route
-    return None
 
 
 def _is_type(ctx: TurnContext, casefolded: str) -> bool:
