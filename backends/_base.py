@@ -9,7 +9,6 @@ turns them into `ConflictError`, and tells a caller which keys an I/O failure le
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from abc import ABC, abstractmethod
@@ -18,7 +17,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
-    Iterator,
     Mapping,
     Sequence,
 )
@@ -73,15 +71,22 @@ async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
     return results  # type: ignore[return-value]
 
 
-@contextlib.contextmanager
-def unavailable(what: str, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
-    """Map the given I/O or SDK errors to `StorageUnavailableError` (cause chained)."""
-    try:
-        yield
-    except StorageError:
-        raise
-    except errors as exc:
-        raise StorageUnavailableError(f"{what}: {exc}") from exc
+class unavailable:  # lower case: used like a function, `with unavailable(what, errors):`
+    """Map the given I/O or SDK errors to `StorageUnavailableError` (cause chained); a class,
+    not a generator, since every call of a backend enters one."""
+
+    __slots__ = ("what", "errors")
+
+    def __init__(self, what: str, errors: tuple[type[BaseException], ...]) -> None:
+        self.what, self.errors = what, errors
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:  # fmt: skip
+        if isinstance(exc, self.errors) and not isinstance(exc, StorageError):
+            raise StorageUnavailableError(f"{self.what}: {exc}") from exc
 
 
 class Storage(ABC):

@@ -217,8 +217,6 @@ class RedisStorage(Storage):
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         seen: set[str] = set()  # SCAN may return a key twice
         with _unavailable("list"):
-            async with self._connection():
-                await self._initialized()
             redis_keys = aiter(
                 self.client.scan_iter(match=self.layout.scan_pattern(prefix), count=_SCAN_COUNT)
             )
@@ -270,15 +268,6 @@ class RedisStorage(Storage):
                 replies[i] = reply
         return replies
 
-    async def _initialized(self) -> None:
-        """Discover a cluster's nodes before the first commands, one caller at a time.
-
-        redis-py 8.1 resolves command policies before it initializes a fresh cluster client,
-        so concurrent first calls would share half-open connections and fail.
-        """
-        if self.cluster:
-            await self.client.initialize()
-
     async def _send(self, commands: list[tuple[Any, ...]], action: str) -> list[Any]:
         """Send commands in one round trip: a lone one directly (cheaper), else pipelined.
 
@@ -286,7 +275,6 @@ class RedisStorage(Storage):
         """
         with _unavailable(action):
             async with self._connection():
-                await self._initialized()
                 if len(commands) == 1:
                     try:
                         return [await self.client.execute_command(*commands[0])]
@@ -297,26 +285,35 @@ class RedisStorage(Storage):
                     pipe.execute_command(*command)  # the cluster pipeline blocks its evalsha
                 return await pipe.execute(raise_on_error=False)
 
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Where a call may run: at once on a standalone server (its pool does its own
+        waiting), in one of a cluster's slots (`_cluster_slot`)."""
+        return _FREE if self._slots is None else self._cluster_slot(self._slots)
+
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[None]:
-        """On a cluster, hold one of `max_connections` slots (a call takes one connection per
-        node), waiting at most `pool_timeout`; a standalone pool does its own waiting."""
-        if self._slots is None:
-            yield
-            return
+    async def _cluster_slot(self, slots: asyncio.Semaphore) -> AsyncIterator[None]:
+        """Hold one of a cluster's `max_connections` slots (a call takes one connection per
+        node), waiting at most `pool_timeout`; then discover the nodes if not done yet, one
+        caller at a time: redis-py 8.1 resolves command policies before it initializes a
+        fresh cluster client, so concurrent first calls would share half-open connections."""
         try:
-            if self._slots.locked():
-                await asyncio.wait_for(self._slots.acquire(), self._pool_timeout)
+            if slots.locked():
+                await asyncio.wait_for(slots.acquire(), self._pool_timeout)
             else:
-                await self._slots.acquire()  # free: returns without suspending
+                await slots.acquire()  # free: returns without suspending
         except asyncio.TimeoutError:
             raise StorageUnavailableError(
                 f"no Redis connection became free within pool_timeout={self._pool_timeout:g}s"
             ) from None
         try:
+            await self.client.initialize()
             yield
         finally:
-            self._slots.release()
+            slots.release()
+
+
+_FREE = contextlib.nullcontext()
+"""The context of a call on a standalone server: nothing to hold."""
 
 
 def _unavailable(action: str) -> contextlib.AbstractContextManager[None]:

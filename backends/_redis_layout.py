@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from ._errors import StorageConfigError
-from ._keys import check_key
+from ._keys import KEYS_REMEMBERED, check_key
 
 _ESCAPE = str.maketrans({"\\": "\\\\", "{": "\\(", "}": "\\)"})
 _UNESCAPE = {"\\": "\\", "(": "{", ")": "}"}
@@ -34,9 +35,10 @@ class KeyLayout:
         self.group_of = group_of
         self.namespace = namespace
         self.prefix = f"{namespace}:" if namespace is not None else ""
+        self.redis_key: Callable[[str], str] = lru_cache(maxsize=KEYS_REMEMBERED)(self._redis_key)
+        """The Redis key holding a (valid) key's document, remembered per key."""
 
-    def redis_key(self, key: str) -> str:
-        """The Redis key holding `key`'s document."""
+    def _redis_key(self, key: str) -> str:
         group = self.group_of(key)
         return f"{self.prefix}{{{group.translate(_ESCAPE)}}}{key[len(group) :].translate(_ESCAPE)}"
 
