@@ -82,7 +82,7 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
 class ConflictRetries:
     """The one retry policy of the lifecycle: how many more attempts a conflict allows, and the
     backoff before a re-run. Callers loop `while True: try: return await <attempt> except
-    StateConflictError as exc: await retries.after(exc)`, so an attempt that succeeds (nearly
+    StateConflictError as exc: await policy.after(exc)`, so an attempt that succeeds (nearly
     every one) costs no coroutine of the policy's.
 
     A merge attempt (`rerun=False`) stops at a conflict that is not `retryable` (a clash on a
