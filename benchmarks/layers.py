@@ -31,9 +31,16 @@ from collections.abc import Awaitable, Callable
 from _support import message
 from turns import Scenario, floor, microsoft
 
-from agent_state import AgentApplication, TurnContext, TurnIds, TurnState, conversation_key
+from agent_state import (
+    AgentApplication,
+    AgentState,
+    TurnContext,
+    TurnIds,
+    TurnState,
+    conversation_key,
+)
 from agent_state._lifecycle import open_turn, run_turn, save_buckets
-from agent_state._plan import Scopes
+from agent_state._plan import Plan, Scopes
 from agent_state.backends import MemoryStorage, StoreItem
 
 POOL = 500
@@ -71,28 +78,26 @@ async def layered() -> dict[str, Turn]:
     def ids_of(row: str, i: int) -> TurnIds:
         return ids[row][i % POOL]
 
-    async def parts(i: int) -> None:
-        plan = scopes.plan(ids_of("parts", i))
-        found = await storage._read(list(plan.keys))
+    def bumped(plan: Plan, found: dict[str, StoreItem]) -> tuple[str, AgentState, StoreItem]:
+        """The conversation's key and bucket in `found`, its count bumped, and its write."""
         cls, key = plan.scopes["conversation"]
         assert key is not None
         bucket = cls(key, found.get(key))
         bucket["count"] = bucket.get("count", 0) + 1
         item = bucket.pending_write()
         assert item is not None
-        outcomes: dict = {}
+        return key, bucket, item
+
+    async def parts(i: int) -> None:
+        plan = scopes.plan(ids_of("parts", i))
+        key, bucket, item = bumped(plan, await storage._read(list(plan.keys)))
+        outcomes: dict[str, object] = {}
         await storage._write([storage._prepare(key, item)], outcomes)
-        bucket.mark_saved(outcomes[key])
+        bucket.mark_saved(str(outcomes[key]))
 
     async def contract(i: int) -> None:
         plan = scopes.plan(ids_of("contract", i))
-        found = await storage.read(plan.keys)
-        cls, key = plan.scopes["conversation"]
-        assert key is not None
-        bucket = cls(key, found.get(key))
-        bucket["count"] = bucket.get("count", 0) + 1
-        item = bucket.pending_write()
-        assert item is not None
+        key, bucket, item = bumped(plan, await storage.read(plan.keys))
         bucket.mark_saved((await storage.write({key: item}))[key])
 
     async def turn_state(i: int) -> None:
