@@ -24,7 +24,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TypeVar
 
-from ._commit import INTENT, RECORDS, commit, settle
+from ._commit import INTENT, RECORDS, commit, read_settled
 from ._envelope import dump_data
 from ._errors import (
     ConflictError,
@@ -83,8 +83,9 @@ class unavailable:  # lower case: used like a function, `with unavailable(what, 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if isinstance(exc, self.errors) and not isinstance(exc, StorageError):
             raise StorageUnavailableError(f"{self.what}: {exc}") from exc
 
@@ -132,12 +133,7 @@ class Storage(ABC):
         """Read a batch of keys; missing keys are absent. Values are the caller's own."""
         batch = list(dict.fromkeys(check_keys(keys)))
         self._check_open()
-        items = await self._read(batch) if batch else {}
-        for item in items.values():
-            if INTENT in item.value:  # a commit across atomic units under way or left over
-                await settle(self, items)
-                break
-        return items
+        return await read_settled(self, batch) if batch else {}
 
     async def write(
         self,

@@ -95,6 +95,16 @@ def parse(key: str, value: dict[str, Any]) -> Intent:
     return Intent(commit, recorded, deadline, before, after, expires_at)
 
 
+async def read_settled(storage: Storage, keys: list[str]) -> dict[str, StoreItem]:
+    """`storage._read(keys)` with every intent settled into the document it stands for."""
+    items = await storage._read(keys)
+    for item in items.values():
+        if INTENT in item.value:  # a commit across atomic units under way or left over
+            await settle(storage, items)
+            break
+    return items
+
+
 async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
     """Replace the intents among `items` by what their commits decided, in place: wait for
     commits under way, abort those past their deadline, put back what aborted ones replaced."""
@@ -163,7 +173,7 @@ async def _commit_once(
 ) -> bool:
     """One try of `commit`; False when a precondition failed (`CONFLICT`s in `outcomes`)."""
     batch = [*writes, *checks]
-    current = await storage.read([p.key for p in batch])
+    current = await read_settled(storage, [p.key for p in batch])
     etags = {key: item.etag for key, item in current.items()}
     failed = [p.key for p in batch if not precondition_holds(p.expected, etags.get(p.key))]
     if failed:

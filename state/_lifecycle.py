@@ -183,7 +183,7 @@ class _OpenTurn:
 
     async def __aenter__(self) -> TurnState:
         state = self.state = TurnState(self._ids, self._plan, read=self._storage.read)
-        await state.load(self._extra)
+        await state.load(self._extra)  # `read_turn`, inline: every turn enters this
         return state
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
