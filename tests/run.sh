@@ -31,6 +31,14 @@ wait_for_port() {  # wait_for_port PORT NAME: until something accepts on 127.0.0
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+pick_port() {  # pick_port PREFERRED: PREFERRED when nothing listens there, else a free port
+  if (($1 > 0)) && port_free "$1"; then echo "$1"; return; fi
+  local port
+  port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  (($1 > 0)) && log "port $1 is busy; using $port instead"
+  echo "$port"
+}
+
 install_python() {
   if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
@@ -56,7 +64,6 @@ install_redis() {
 
 start_redis() {  # start_redis PORT DIR [extra args]: foreground server in the background, PID kept
   local port=$1 dir=$2; shift 2
-  port_free "$port" || { log "port $port is busy; stop what holds it"; exit 1; }
   mkdir -p "$dir" && rm -f "$dir/nodes.conf"
   redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize no \
     --dir "$dir" --logfile "$dir/redis.log" "$@" &
@@ -64,15 +71,18 @@ start_redis() {  # start_redis PORT DIR [extra args]: foreground server in the b
   wait_for_port "$port" "redis-server"
 }
 
-start_redis_cluster() {
-  local ports=(7000 7001 7002) nodes=()
-  for p in "${ports[@]}"; do
-    start_redis "$p" "$RUN_DIR/cluster-$p" --cluster-enabled yes --cluster-config-file nodes.conf
+start_redis_cluster() {  # start_redis_cluster PORT...: one node per port, then the cluster
+  local nodes=() p
+  for p in "$@"; do
+    local bus=$((p + 10000))  # the bus port is the node's port + 10000 unless given
+    if ((bus > 65535)) || ! port_free "$bus"; then bus=$(pick_port 0); fi
+    start_redis "$p" "$RUN_DIR/cluster-$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+      --cluster-port "$bus"
     nodes+=("127.0.0.1:$p")
   done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
   local deadline=$((SECONDS + 30))
-  until redis-cli -p 7000 cluster info | grep -q 'cluster_state:ok'; do
+  until redis-cli -p "$1" cluster info | grep -q 'cluster_state:ok'; do
     if ((SECONDS > deadline)); then log "redis cluster did not become ready"; exit 1; fi
     sleep 0.1
   done
@@ -80,7 +90,7 @@ start_redis_cluster() {
 
 # Each further service has its own script in tests/services/: it defines
 # install_<name> and start_<name> (using PIDS, RUN_DIR, log, wait_for_port, port_free)
-# and exports the variables its tests read.
+# and exports the variables its tests read; a start_<name> takes a free port with pick_port.
 SERVICES=()
 for script in tests/services/*.sh; do
   [ -e "$script" ] || continue
@@ -94,13 +104,16 @@ install_redis
 for service in "${SERVICES[@]}"; do "install_$service"; done
 rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
 check_lint_and_types
-start_redis 6390 "$RUN_DIR/redis"
-start_redis_cluster
+REDIS_PORT=$(pick_port 6390)
+start_redis "$REDIS_PORT" "$RUN_DIR/redis"
+CLUSTER_PORTS=()
+for preferred in 7000 7001 7002; do CLUSTER_PORTS+=("$(pick_port "$preferred")"); done
+start_redis_cluster "${CLUSTER_PORTS[@]}"
 for service in "${SERVICES[@]}"; do "start_$service"; done
 
 export AGENT_STATE_REQUIRE_SERVERS=1
-export AGENT_STATE_REDIS_URL=redis://127.0.0.1:6390/0
-export AGENT_STATE_REDIS_CLUSTER_URL=redis://127.0.0.1:7000/0
+export AGENT_STATE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+export AGENT_STATE_REDIS_CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORTS[0]}/0"
 
 set +e
 .venv/bin/python -m pytest -q "$@"

@@ -44,7 +44,7 @@ from agent_state.backends._blob_names import (
     key_for_name,
     list_prefix,
 )
-from tests.conformance.harness_blob import (
+from tests.backends.conformance.harness_blob import (
     azurite_connection_string,
     delete_container,
     fresh_container,

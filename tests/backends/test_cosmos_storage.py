@@ -34,7 +34,7 @@ from agent_state.backends._cosmos_ids import (
     partition_value,
 )
 from agent_state.backends.testing import Harness, StorageContract
-from tests.conformance.harness_cosmos import cosmos_harness
+from tests.backends.conformance.harness_cosmos import cosmos_harness
 from tests.cosmos_emulator import MASTER_KEY, running
 
 LIVE_ENDPOINT = "AGENT_STATE_COSMOS_LIVE_ENDPOINT"

@@ -41,7 +41,7 @@ from agent_state.backends._envelope import wrap
 from agent_state.backends._redis import RedisStorage
 from agent_state.backends._redis_layout import KeyLayout
 from agent_state.backends._redis_scripts import split_stored, stored_value
-from tests.conformance.harness_redis import (
+from tests.backends.conformance.harness_redis import (
     CLUSTER_URL,
     STANDALONE_URL,
     open_reachable,

@@ -6,7 +6,6 @@
 AZURITE_VERSION=3.35.0
 AZURITE_DIR="$ROOT/.test-npm/azurite"
 AZURITE_MAIN="$AZURITE_DIR/node_modules/azurite/dist/src/blob/main.js"
-AZURITE_PORT=10000
 
 install_azurite() {
   command -v node >/dev/null || { log "Azurite needs Node.js 20 (node not found)"; exit 1; }
@@ -20,7 +19,7 @@ install_azurite() {
 }
 
 start_azurite() {
-  port_free "$AZURITE_PORT" || { log "port $AZURITE_PORT is busy; stop what holds it"; exit 1; }
+  AZURITE_PORT=$(pick_port 10000)
   # node itself, not npx: $! must be the server's PID so run.sh can stop it
   node "$AZURITE_MAIN" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" --inMemoryPersistence \
     --silent --disableTelemetry --skipApiVersionCheck >"$RUN_DIR/azurite.log" 2>&1 &

@@ -1,14 +1,13 @@
 # Cosmos DB: the project's own protocol emulator (tests/cosmos_emulator), run by the venv's
 # Python; it needs nothing beyond aiohttp, which the venv already has. Sourced by tests/run.sh.
 
-COSMOS_PORT=8081
 
 install_cosmos() {
   :  # nothing to install: the emulator is part of the tests
 }
 
 start_cosmos() {
-  port_free "$COSMOS_PORT" || { log "port $COSMOS_PORT is busy; stop what holds it"; exit 1; }
+  COSMOS_PORT=$(pick_port 8081)
   .venv/bin/python -m tests.cosmos_emulator --host 127.0.0.1 --port "$COSMOS_PORT" &
   PIDS+=($!)
   wait_for_port "$COSMOS_PORT" "cosmos emulator"

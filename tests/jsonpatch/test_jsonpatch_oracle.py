@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jsonpatch_support import edited, json_equal, json_values, operations
 
 from agent_state.jsonpatch import ProtocolError, apply_patch, make_patch
+from tests.jsonpatch.jsonpatch_support import edited, json_equal, json_values, operations
 
 jsonpatch = pytest.importorskip("jsonpatch")
 jsonpointer = pytest.importorskip("jsonpointer")

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jsonpatch_support import (
+
+from agent_state.jsonpatch import PatchConflictError, ProtocolError, apply_patch, make_patch
+from agent_state.jsonpatch._values import equal_flags, equal_prefix, equal_suffix
+from agent_state.jsonpatch._values import json_equal as engine_json_equal
+from tests.jsonpatch.jsonpatch_support import (
     containers,
     edited,
     json_equal,
@@ -21,10 +25,6 @@ from jsonpatch_support import (
     snapshot,
     twisted,
 )
-
-from agent_state.jsonpatch import PatchConflictError, ProtocolError, apply_patch, make_patch
-from agent_state.jsonpatch._values import equal_flags, equal_prefix, equal_suffix
-from agent_state.jsonpatch._values import json_equal as engine_json_equal
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAILING_LAST_OPS = [

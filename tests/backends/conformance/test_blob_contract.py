@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent_state.backends.testing import Harness, StorageContract
-from tests.conformance.harness_blob import LIVE, azurite_harness, live_harness
+from tests.backends.conformance.harness_blob import LIVE, azurite_harness, live_harness
 
 HARNESSES = {"azurite": azurite_harness}
 if os.environ.get(LIVE):  # the opt-in run on a real account is only collected when asked for

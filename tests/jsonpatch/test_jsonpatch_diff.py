@@ -7,9 +7,9 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
-from jsonpatch_support import json_equal
 
 from agent_state.jsonpatch import apply_patch, make_patch
+from tests.jsonpatch.jsonpatch_support import json_equal
 
 
 def roundtrip(a: Any, b: Any) -> list[dict[str, Any]]:

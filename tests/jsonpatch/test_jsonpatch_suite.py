@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonpatch_support import json_equal, snapshot
 
 from agent_state.jsonpatch import PatchConflictError, PatchFormatError, apply_patch
+from tests.jsonpatch.jsonpatch_support import json_equal, snapshot
 
 SUITE = Path(__file__).resolve().parents[2].parent / "shared" / "json-patch-tests"
 if not SUITE.is_dir():

@@ -1,6 +1,6 @@
 """One process of the turn history checker: random turns through AgentApplication.
 
-Usage: python -m tests.history.worker STORAGE_URL SEED TURNS [IO_FAULT_RATE [DIE_AT_WRITE]]
+Usage: python -m tests.state.history.worker STORAGE_URL SEED TURNS [IO_FAULT_RATE [DIE_AT_WRITE]]
 Prints one JSON line per activity as it starts (`{"activity": ...}`) and as it is done
 (`{"done": id, "attempt": n}`), so the checker knows every activity this process began
 even if it is killed, and one per merge (`{"merged": keys}`: a save that replayed its

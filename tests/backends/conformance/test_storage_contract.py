@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent_state.backends.testing import Harness, StorageContract
-from tests.conformance.harness_file import file_harness
-from tests.conformance.harness_memory import memory_harness
-from tests.conformance.harness_redis import redis_cluster_harness, redis_harness
+from tests.backends.conformance.harness_file import file_harness
+from tests.backends.conformance.harness_memory import memory_harness
+from tests.backends.conformance.harness_redis import redis_cluster_harness, redis_harness
 
 HARNESSES = {
     "memory": memory_harness,

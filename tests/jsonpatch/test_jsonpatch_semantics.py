@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from jsonpatch_support import json_equal, snapshot
 
 from agent_state.jsonpatch import apply_patch, escape, unescape
 from agent_state.jsonpatch._errors import PatchConflictError
+from tests.jsonpatch.jsonpatch_support import json_equal, snapshot
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import pickle
 from typing import Any
 
 import pytest
-from jsonpatch_support import snapshot
 
 from agent_state.jsonpatch import (
     PatchConflictError,
@@ -15,6 +14,7 @@ from agent_state.jsonpatch import (
     apply_patch,
     validate_patch,
 )
+from tests.jsonpatch.jsonpatch_support import snapshot
 
 ADD = {"op": "add", "path": "/a", "value": 1}
 

@@ -25,7 +25,7 @@ import pytest
 from agent_state import _lifecycle as lifecycle
 from agent_state import conversation_key, open_storage, session_key, user_key
 from agent_state.backends import MemoryStorage, Storage
-from tests.history.worker import (
+from tests.state.history.worker import (
     CONVERSATIONS,
     KILLED,
     USERS,
@@ -37,6 +37,8 @@ from tests.history.worker import (
 from tests.stores import SHARED, STORES
 
 TURNS = 60
+WORKER = "tests.state.history.worker"
+"""The worker module each process runs."""
 PROCESSES = 3
 IO_FAULT_RATE = 0.05
 DIE_AT_WRITE = 25
@@ -119,7 +121,15 @@ def _workers(url: str, faults: bool) -> list[subprocess.Popen[str]]:
 
     return [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.history.worker", url, str(seed), str(TURNS), *args(seed)],
+            [
+                sys.executable,
+                "-m",
+                "tests.state.history.worker",
+                url,
+                str(seed),
+                str(TURNS),
+                *args(seed),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )

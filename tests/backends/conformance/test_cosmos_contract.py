@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent_state.backends.testing import Harness, StorageContract
-from tests.conformance.harness_cosmos import emulator_harness
+from tests.backends.conformance.harness_cosmos import emulator_harness
 
 
 class TestCosmosContract(StorageContract):
