@@ -21,7 +21,7 @@ from typing import TypeVar
 from ._bucket import AgentState
 from ._errors import StateConflictError
 from ._ids import TurnIds
-from ._keys import escape_segment, parse_key
+from ._keys import list_prefix, parse_key
 from ._lifecycle import ConflictRetries, open_turn, read_turn, save_buckets
 from ._plan import Scopes
 from ._scopes import UserState
@@ -101,15 +101,14 @@ def list_conversations(
 async def _list_ids(
     storage: Storage, channel_id: str, folder: str, scope: str, namespace: str | None
 ) -> AsyncIterator[str]:
-    """Decode the keys under `{channel}/{folder}/` that are of `scope`; skip any other key."""
-    head = [escape_segment(namespace, what="namespace")] if namespace is not None else []
-    prefix = "/".join([*head, escape_segment(channel_id, what="channel id"), folder, ""])
-    async for key in storage.list(prefix):
+    """Decode the keys under `{channel}/{folder}/` of `scope`'s buckets; skip any other key
+    (the records beside them, keys of another scheme)."""
+    async for key in storage.list(list_prefix(channel_id, folder, namespace=namespace)):
         try:
             parsed = parse_key(key, namespace=namespace)
         except InvalidKeyError:
             continue
-        if parsed.scope == scope:
+        if parsed.scope == scope and parsed.kind == "state":
             yield parsed.user if scope == "user" else parsed.conversation  # type: ignore[misc]
 
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from ._bucket import AgentState
 from ._errors import MissingIdError, ScopeError, StatePathError
 from ._ids import TurnIds
-from ._keys import escape_segment
+from ._keys import namespaced
 from ._paths import split_path
 from ._scopes import BUILTIN_SCOPES
 
@@ -97,9 +97,7 @@ def scope_key(cls: type[AgentState], ids: TurnIds) -> str:
     """`cls.key_for(ids)`; `ScopeError` when `ids` has a namespace and the key lies outside it."""
     key = cls.key_for(ids)
     namespace = ids.namespace
-    if namespace is not None and not key.startswith(
-        f"{escape_segment(namespace, what='namespace')}/"
-    ):
+    if namespace is not None and not key.startswith(namespaced(namespace, "")):
         raise ScopeError(
             f"{cls.__name__}.key_for() gave {key!r}, outside the namespace {namespace!r}: "
             f"a key must start with escape_segment(ids.namespace) + '/'"
