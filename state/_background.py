@@ -18,11 +18,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import lru_cache
 from typing import TypeVar
 
-from ._bucket import AgentState
+from ._bucket import AgentState, document_of
 from ._errors import StateConflictError
 from ._ids import TurnIds
 from ._keys import list_prefix, parse_key
-from ._lifecycle import ConflictRetries, open_turn, read_turn, save_buckets
+from ._lifecycle import ConflictRetries, open_turn, read_turn, save_documents
 from ._plan import Scopes
 from ._scopes import UserState
 from .backends import InvalidKeyError, Storage
@@ -52,7 +52,7 @@ async def edit_state(
             outcome = fn(bucket)
             if inspect.isawaitable(outcome):
                 await outcome
-            await save_buckets(storage, [bucket])
+            await save_documents(storage, [document_of(bucket)])
             return bucket
         except StateConflictError as exc:
             await policy.after(exc)

@@ -207,7 +207,7 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
     raise InvalidKeyError(f"key {key!r:.80} does not follow the agent-state key scheme")
 
 
-_RECORDS = {
+_RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
     "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner"},
     "user": {("activities", True): "activity"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",

@@ -157,7 +157,9 @@ def test_check_key_remembers_only_valid_keys():
 def write_group_of(parsed: ParsedKey, key: str) -> str:
     """The write group the module docstring's table gives a parsed key."""
     if parsed.conversation is not None:
-        return conversation_key(parsed.channel or "", parsed.conversation, namespace=parsed.namespace)
+        return conversation_key(
+            parsed.channel or "", parsed.conversation, namespace=parsed.namespace
+        )
     return key
 
 
@@ -196,7 +198,7 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
         user_key("ch", "u", namespace="ns"): ("user", "state", None),
         conversation: ("conversation", "state", None),
         f"{conversation}/activities/a%2F1": ("conversation", "activity", "a/1"),
-        f"ns/ch/users/u/activities/a%2F1": ("user", "activity", "a/1"),
+        "ns/ch/users/u/activities/a%2F1": ("user", "activity", "a/1"),
         f"{session}/history": ("session", "history", None),
         f"{session}/history/pages/0": ("session", "history_page", "0"),
         f"{session}/runs/r%2F1": ("session", "run", "r/1"),
