@@ -182,7 +182,7 @@ class AgentApplication:
 
     def _record_key(self, activity: Activity, ids: TurnIds) -> str | None:
         """Where `activity`'s processing is recorded; None without an id or a channel."""
-        if not activity.id or not ids.channel_id or self._records.lifetime is None:
+        if not activity.id or not ids.channel_id or self._records.ttl is None:
             return None
         return activity_key(
             ids.channel_id,
@@ -226,7 +226,7 @@ def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
         raise ValueError(f"dedup_retention must be a positive number of seconds, got {seconds!r}")
     if seconds == RETENTION_SECONDS:
         return DeliveryRecord
-    return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "lifetime": seconds})
+    return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "ttl": seconds})
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

@@ -56,7 +56,8 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     """Seconds a saved document of this class lives (None: for good)."""
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
-    _schema: ClassVar[typed.Schema | None] = None
+    _document: ClassVar[type[Document]]
+    """The class of this bucket class's documents (its scope, ttl, model), made with it."""
 
     __slots__ = ("_doc",)
     _doc: Document
@@ -73,19 +74,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         if version is not None and (cls.model is None or type(version) is not int or version < 1):
             raise TypeError(f"{cls.__name__}.schema_version needs a model and an int >= 1")
         cls._migrations = dict(cls._migrations)
-        cls._schema = None
-        if cls.model is not None:
-            cls._schema = typed.Schema(cls.__name__, cls.model, version, cls._migrations)
+        cls._document = _document_class(cls)
 
     def __init__(self, key: str | None = None, item: StoreItem | None = None) -> None:
-        schema, scope = self._schema, getattr(self, "scope", type(self).__name__)
-        if schema is None:
-            self._doc = Document(
-                key, item, kind=scope, ttl=self.ttl, last_writer_wins=self.last_writer_wins
-            )
-        else:
-            self._doc = _ModelDocument(schema, key, item, kind=scope, ttl=self.ttl,
-                                       last_writer_wins=self.last_writer_wins)  # fmt: skip
+        self._doc = self._document(key, item)
 
     @classmethod
     def key_for(cls, ids: TurnIds) -> str:
@@ -251,6 +243,21 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         return copy
 
 
+def _document_class(cls: type[AgentState]) -> type[Document]:
+    """The document class of bucket class `cls`: its scope, ttl and last-writer-wins choice,
+    and for a typed bucket its model (`typed.Schema`)."""
+    namespace: dict[str, Any] = {
+        "__slots__": (),
+        "kind": getattr(cls, "scope", cls.__name__),
+        "ttl": cls.ttl,
+        "last_writer_wins": cls.last_writer_wins,
+    }
+    if cls.model is None:
+        return type(f"{cls.__name__}Document", (Document,), namespace)
+    schema = typed.Schema(cls.__name__, cls.model, cls.schema_version, cls._migrations)
+    return type(f"{cls.__name__}Document", (_ModelDocument,), {**namespace, "schema": schema})
+
+
 def document_of(bucket: AgentState) -> Document:
     """The document under a bucket, which the lifecycle loads, saves, rebases and closes."""
     return bucket._doc
@@ -260,13 +267,13 @@ class _ModelDocument(Document):
     """A typed bucket's document: the live value is the model; the stored members the model
     does not declare are kept aside (`kept`) and written back as they were."""
 
-    __slots__ = ("schema", "kept")
+    schema: ClassVar[typed.Schema]
+    __slots__ = ("kept",)
     kept: dict[str, Any]
 
-    def __init__(self, schema: typed.Schema, key: str | None, item: StoreItem | None,
-                 **options: Any) -> None:  # fmt: skip
-        self.schema, self.kept = schema, {}
-        super().__init__(key, item, **options)
+    def __init__(self, key: str | None, item: StoreItem | None) -> None:
+        self.kept = {}
+        super().__init__(key, item)
 
     def load(self, item: StoreItem | None) -> None:
         super().load(item)
@@ -286,15 +293,15 @@ class _ModelDocument(Document):
     def _adopt(self, merged: dict[str, Any]) -> None:
         self._value, self.kept = typed.decode(self.schema, self.key, merged)
 
-    def _like(self, item: StoreItem | None) -> Document:
-        return _ModelDocument(self.schema, self.key, item, kind=self.kind, ttl=self.ttl)
-
     def _check(self, document: dict[str, Any], dumped: bytes) -> None:
         typed.check(self.schema, self.key, document)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Types of values no in-place edit can change."""
+
+
+AgentState._document = _document_class(AgentState)
 
 
 def _is_scope_name(name: object) -> bool:

@@ -39,10 +39,10 @@ class DeliveryRecord(Record):
     """The stored record of one processed activity (`TurnState.attach`es it): the digest of
     the activity and its replies. It has no format member (records written before had none)."""
 
-    name = "delivery"
+    kind = "delivery"
     format = None
     fields = {"digest": str, "replies": list}
-    lifetime = RETENTION_SECONDS
+    ttl = RETENTION_SECONDS
 
 
 def digest(activity: Activity) -> str:

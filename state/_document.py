@@ -37,13 +37,20 @@ class Document:
     """One stored JSON document of a turn: its live value, version (`etag`), baseline bytes,
     the write it needs (`pending_write`), `mark_saved`, `rebase` and `close`.
 
-    `kind` names it in errors (a bucket's scope, a record's kind). `reads` holds the paths the
-    turn read (`read_all`: everything), `exposed` whether anything was edited or lent.
+    What a kind of document is, its class says (each bucket class has its own, see
+    `AgentState`): `kind` names it in errors (a bucket's scope, a record's kind), `ttl` is
+    how long a saved one lives, `last_writer_wins` lets a save overwrite a newer version.
+    `reads` holds the paths the turn read (`read_all`: everything), `exposed` whether
+    anything was edited or lent.
     """
 
+    kind: ClassVar[str] = "document"
+    ttl: ClassVar[float | None] = None
+    last_writer_wins: ClassVar[bool] = False
+
     __slots__ = (
-        "key", "kind", "ttl", "last_writer_wins", "etag", "closed", "reads", "read_all",
-        "exposed", "_loaded", "_stored", "_value", "_base", "_pending",
+        "key", "etag", "closed", "reads", "read_all", "exposed",
+        "_loaded", "_stored", "_value", "_base", "_pending",
     )  # fmt: skip
     key: str | None
     etag: str | None
@@ -54,19 +61,15 @@ class Document:
     _base: bytes | None
     _pending: bytes | None
 
-    def __init__(
-        self,
-        key: str | None,
-        item: StoreItem | None,
-        *,
-        kind: str,
-        ttl: float | None = None,
-        last_writer_wins: bool = False,
-    ) -> None:
-        self.key, self.kind, self.ttl = key, kind, ttl
-        self.last_writer_wins = last_writer_wins
-        self.closed = False
-        self.load(item)
+    def __init__(self, key: str | None, item: StoreItem | None) -> None:
+        self.key = key
+        self.closed = self.read_all = self.exposed = False
+        self.reads = set()
+        self._value = self._base = self._pending = None
+        if item is None:  # `load(item)`, inline: every bucket of every turn starts here
+            self._loaded = self._stored = self.etag = None
+        else:
+            self._loaded, self._stored, self.etag = item.value, item.data, item.etag
 
     def load(self, item: StoreItem | None) -> None:
         """Start over from a stored version (None: not stored yet), dropping unsaved edits.
@@ -208,7 +211,7 @@ class Document:
 
     def _like(self, item: StoreItem | None) -> Document:
         """A document of the same kind loaded from `item` (what another writer stored)."""
-        return Document(self.key, item, kind=self.kind, ttl=self.ttl)
+        return type(self)(self.key, item)
 
     def _check(self, document: dict[str, Any], dumped: bytes) -> None:
         """Check what in-place edits may have changed before it is written: a NaN or tuple
@@ -248,21 +251,15 @@ class Record(Document):
     """A framework document beside the user's buckets (no scope): a JSON object whose members
     the framework reads and writes through `value`; any use of it counts as reading all of it.
 
-    Each kind of record declares `name`, its `format` (the `"format"` member every stored
+    Each kind of record declares its `kind`, its `format` (the `"format"` member every stored
     record holds; None: the kind has none), the members every stored one has and their types
     (`fields`) and the values some may take (`choices`); `stored()` checks them.
     """
 
     __slots__ = ()
-    name: ClassVar[str]
     format: ClassVar[int | None] = 1
     fields: ClassVar[Mapping[str, Field]] = {}
     choices: ClassVar[Mapping[str, frozenset[Any]]] = {}
-    lifetime: ClassVar[float | None] = None
-    """Seconds a saved record lives (None: for good)."""
-
-    def __init__(self, key: str, item: StoreItem | None) -> None:
-        super().__init__(key, item, kind=self.name, ttl=self.lifetime)
 
     @property
     def value(self) -> dict[str, Any]:
@@ -282,24 +279,21 @@ class Record(Document):
             raise FormatError(self.key or "", reason)
         return value
 
-    def _like(self, item: StoreItem | None) -> Document:
-        return type(self)(self.key or "", item)
-
 
 def _misfit(kind: type[Record], value: dict[str, Any]) -> str | None:
     """Why `value` is not a stored record of `kind` (what `FormatError` says after the key),
     or None when it is one."""
     if kind.format is not None and value.get("format") != kind.format:
-        return (f"has {kind.name} format {value.get('format')!r:.40}; this reader knows format "
+        return (f"has {kind.kind} format {value.get('format')!r:.40}; this reader knows format "
                 f"{kind.format} only")  # fmt: skip
     for name, types in kind.fields.items():
         member = value.get(name, MISSING)
         if not isinstance(member, types) or (isinstance(member, bool) and bool is not types):
-            return (f"is not a {kind.name} record: member {name!r} is {type(member).__name__}, "
+            return (f"is not a {kind.kind} record: member {name!r} is {type(member).__name__}, "
                     f"expected {_names(types)}")  # fmt: skip
     for name, allowed in kind.choices.items():
         if value.get(name) not in allowed:
-            return (f"is not a {kind.name} record: member {name!r} is {value.get(name)!r:.40}, "
+            return (f"is not a {kind.kind} record: member {name!r} is {value.get(name)!r:.40}, "
                     f"expected one of {sorted(allowed)}")  # fmt: skip
     return None
 

@@ -43,19 +43,19 @@ class HistoryError(StateError, ValueError):
 
 
 class _Head(Record):
-    name = "history"
+    kind = "history"
     format = FORMAT
     fields = {"page_size": int, "count": int, "tail": list}
 
 
 class _Page(Record):
-    name = "history_page"
+    kind = "history_page"
     format = FORMAT
     fields = {"messages": list}
 
 
 class _Entry(Record):
-    name = "history_index"
+    kind = "history_index"
     format = FORMAT
     fields = {"seq": int}
 

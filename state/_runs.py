@@ -90,7 +90,7 @@ def next_turn(
 class RunRecord(Record):
     """The stored record of one run (attached under its session)."""
 
-    name = "run"
+    kind = "run"
     format = FORMAT
     fields = {"id": str, "status": str, "input": str, "selection": dict, "children": list,
               "messages": list}  # fmt: skip

@@ -81,7 +81,7 @@ class TurnState:
         if record is None:
             record = self._documents[key] = cls(key, self._found.pop(key, None))
         if not isinstance(record, cls):
-            raise ScopeError(f"key {key!r} is not a {cls.name} record in this turn")
+            raise ScopeError(f"key {key!r} is not a {cls.kind} record in this turn")
         return record
 
     async def fetch(self, records: Mapping[str, type[R]]) -> list[R]:

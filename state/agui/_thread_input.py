@@ -33,7 +33,7 @@ CLIENT_ROLES: Final = frozenset({"user", "tool"})
 
 
 class _Owner(Record):
-    name = "agui_owner"
+    kind = "agui_owner"
     format = FORMAT
     fields = {"user": str}
 
@@ -42,7 +42,7 @@ class SentState(Record):
     """`S/agui`: what the server last sent the thread (`sent`) and the id of the last message
     of its history then (`last`); a client holding that message saw that state."""
 
-    name = "agui_sent"
+    kind = "agui_sent"
     format = FORMAT
     fields = {"sent": dict, "last": (str, type(None))}
 
