@@ -286,9 +286,12 @@ class _ModelDocument(Document):
     def document(self) -> dict[str, Any]:
         return typed.encode(self.schema, self._value, self.kept)
 
-    def _open(self, loaded: dict[str, Any] | None, stored: bytes | None) -> tuple[Any, bytes]:
-        value, self.kept = typed.decode(self.schema, self.key, loaded)
-        return value, self.dump(typed.encode(self.schema, value, self.kept))
+    def root(self) -> Any:
+        if self._value is None and not self.closed:  # decode the model first
+            self._value, self.kept = typed.decode(self.schema, self.key, self._loaded)
+            self._base = self.dump(typed.encode(self.schema, self._value, self.kept))
+            self._loaded = self._stored = None
+        return super().root()
 
     def _adopt(self, merged: dict[str, Any]) -> None:
         self._value, self.kept = typed.decode(self.schema, self.key, merged)

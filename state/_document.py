@@ -88,8 +88,10 @@ class Document:
         so no edit can happen before the baseline exists, and none after `close`."""
         if self.closed:
             raise StateClosedError(self.kind)
-        if self._value is None:
-            self._value, self._base = self._open(self._loaded, self._stored)
+        if self._value is None:  # untyped: the loaded dict is the live value
+            loaded, stored = self._loaded, self._stored
+            self._value = value = loaded if loaded is not None else {}
+            self._base = stored if stored is not None else self.dump(value)
             self._loaded = self._stored = None
         return self._value
 
@@ -199,11 +201,6 @@ class Document:
             except JsonRuleError as exc:
                 raise StateValueError(f"state for key {self.key!r} is not JSON: {exc}") from None
             raise
-
-    def _open(self, loaded: dict[str, Any] | None, stored: bytes | None) -> tuple[Any, bytes]:
-        """The live value and baseline bytes for what was loaded (None: not stored yet)."""
-        value = loaded if loaded is not None else {}
-        return value, stored if stored is not None else self.dump(value)
 
     def _adopt(self, merged: dict[str, Any]) -> None:
         """Make a rebased document the live value."""

@@ -34,7 +34,7 @@ class TurnState:
 
     __slots__ = (
         "ids", "discarded", "closed", "rerun",
-        "_scopes", "_plan", "_buckets", "_documents", "_found", "_read", "_history",
+        "_scopes", "_plan", "_buckets", "_documents", "_unstored", "_found", "_read", "_history",
     )  # fmt: skip
 
     def __init__(
@@ -58,6 +58,8 @@ class TurnState:
         """The buckets made so far, by scope name."""
         self._documents: dict[str, Document] = {}
         """The stored documents used so far (persisted buckets' and records), by key."""
+        self._unstored: list[Document] = []
+        """The documents of the buckets used so far that are never stored (temp)."""
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
@@ -123,9 +125,9 @@ class TurnState:
         """End the turn (`open_turn` does, once saved or discarded): any later use of its
         state raises `StateClosedError`, so a late edit can never be silently lost."""
         self.closed = True
-        for bucket in self._buckets.values():
-            document_of(bucket).close()
         for document in self._documents.values():
+            document.close()
+        for document in self._unstored:
             document.close()
 
     def scope(self, name: str) -> AgentState:
@@ -140,6 +142,7 @@ class TurnState:
             cls, key = planned
             if key is None:
                 bucket = self._buckets[name] = cls(None, None)
+                self._unstored.append(document_of(bucket))
                 return bucket
             bucket = self._buckets[name] = cls(key, self._found.pop(key, None))
             self._documents[key] = document_of(bucket)
