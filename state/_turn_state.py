@@ -10,18 +10,16 @@ and `"user:profile.name"` works too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from ._bucket import AgentState, document_of
-from ._document import Document, Record
+from ._document import Document, R
 from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
 from ._history import History
 from ._ids import TurnIds
 from ._paths import MISSING
 from ._plan import Scopes
 from .backends import StoreItem
-
-R = TypeVar("R", bound=Record)
 
 
 class TurnState:
