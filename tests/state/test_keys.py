@@ -194,6 +194,8 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
         parsed = parse_key(key, namespace="ns")
         kinds[key] = (parsed.scope, parsed.kind, parsed.record)
         assert write_group(key) == write_group_of(parsed, key)
+    app = app_key("bot", namespace="ns")  # the one scope this bot did not write
+    assert write_group(app) == write_group_of(parse_key(app, namespace="ns"), app) == app
     assert kinds == {
         user_key("ch", "u", namespace="ns"): ("user", "state", None),
         conversation: ("conversation", "state", None),
