@@ -8,7 +8,7 @@ Each row adds one layer to the row above it:
 - our parts only: the plan's keys, `MemoryStorage._read`, the conversation bucket, its
   `get` and `[]=`, `pending_write`, `_prepare` and `_write` (no checks of the contract);
 - + storage contract: `Storage.read` and `Storage.write` (key checks, intents, etags);
-- + TurnState: scope-prefixed paths, the turn's buckets and read tracking, `save_buckets`;
+- + TurnState: scope-prefixed paths, the turn's buckets and read tracking, `save_documents`;
 - + open_turn: the context manager and the merge policy for a conflicting save;
 - + run_turn: the re-run policy around the turn;
 - AgentApplication: the activity's ids, routing, the conversation queue, the TurnContext.
@@ -33,13 +33,14 @@ from turns import Scenario, floor, microsoft
 
 from agent_state import (
     AgentApplication,
-    AgentState,
     TurnContext,
     TurnIds,
     TurnState,
     conversation_key,
 )
-from agent_state._lifecycle import open_turn, run_turn, save_buckets
+from agent_state._bucket import document_of
+from agent_state._document import Document
+from agent_state._lifecycle import open_turn, run_turn, save_documents
 from agent_state._plan import Plan, Scopes
 from agent_state.backends import MemoryStorage, StoreItem
 
@@ -78,33 +79,35 @@ async def layered() -> dict[str, Turn]:
     def ids_of(row: str, i: int) -> TurnIds:
         return ids[row][i % POOL]
 
-    def bumped(plan: Plan, found: dict[str, StoreItem]) -> tuple[str, AgentState, StoreItem]:
-        """The conversation's key and bucket in `found`, its count bumped, and its write."""
+    def bumped(plan: Plan, found: dict[str, StoreItem]) -> tuple[str, Document, StoreItem]:
+        """The conversation's key and bucket document in `found`, its count bumped, and its
+        write."""
         cls, key = plan.scopes["conversation"]
         assert key is not None
         bucket = cls(key, found.get(key))
         bucket["count"] = bucket.get("count", 0) + 1
-        item = bucket.pending_write()
+        document = document_of(bucket)
+        item = document.pending_write()
         assert item is not None
-        return key, bucket, item
+        return key, document, item
 
     async def parts(i: int) -> None:
         plan = scopes.plan(ids_of("parts", i))
-        key, bucket, item = bumped(plan, await storage._read(list(plan.keys)))
+        key, document, item = bumped(plan, await storage._read(list(plan.keys)))
         outcomes: dict[str, object] = {}
         await storage._write([storage._prepare(key, item)], outcomes)
-        bucket.mark_saved(str(outcomes[key]))
+        document.mark_saved(str(outcomes[key]))
 
     async def contract(i: int) -> None:
         plan = scopes.plan(ids_of("contract", i))
-        key, bucket, item = bumped(plan, await storage.read(plan.keys))
-        bucket.mark_saved((await storage.write({key: item}))[key])
+        key, document, item = bumped(plan, await storage.read(plan.keys))
+        document.mark_saved((await storage.write({key: item}))[key])
 
     async def turn_state(i: int) -> None:
         state = TurnState(ids_of("turn_state", i), scopes, read=storage.read)
         await state.load()
         await bump(state, 1)
-        await save_buckets(storage, state.stored_buckets())
+        await save_documents(storage, state.stored_documents())
         state.close()
 
     async def with_open_turn(i: int) -> None:

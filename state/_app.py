@@ -226,7 +226,7 @@ def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
         raise ValueError(f"dedup_retention must be a positive number of seconds, got {seconds!r}")
     if seconds == RETENTION_SECONDS:
         return DeliveryRecord
-    return type("DeliveryRecord", (DeliveryRecord,), {"ttl": seconds})
+    return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "ttl": seconds})
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

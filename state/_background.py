@@ -18,11 +18,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import lru_cache
 from typing import TypeVar
 
-from ._bucket import AgentState
+from ._bucket import AgentState, document_of
 from ._errors import StateConflictError
 from ._ids import TurnIds
-from ._keys import escape_segment, parse_key
-from ._lifecycle import ConflictRetries, open_turn, read_turn, save_buckets
+from ._keys import list_prefix, parse_key
+from ._lifecycle import ConflictRetries, open_turn, read_turn, save_documents
 from ._plan import Scopes
 from ._scopes import UserState
 from .backends import InvalidKeyError, Storage
@@ -52,7 +52,7 @@ async def edit_state(
             outcome = fn(bucket)
             if inspect.isawaitable(outcome):
                 await outcome
-            await save_buckets(storage, [bucket])
+            await save_documents(storage, [document_of(bucket)])
             return bucket
         except StateConflictError as exc:
             await policy.after(exc)
@@ -101,15 +101,14 @@ def list_conversations(
 async def _list_ids(
     storage: Storage, channel_id: str, folder: str, scope: str, namespace: str | None
 ) -> AsyncIterator[str]:
-    """Decode the keys under `{channel}/{folder}/` that are of `scope`; skip any other key."""
-    head = [escape_segment(namespace, what="namespace")] if namespace is not None else []
-    prefix = "/".join([*head, escape_segment(channel_id, what="channel id"), folder, ""])
-    async for key in storage.list(prefix):
+    """Decode the keys under `{channel}/{folder}/` of `scope`'s buckets; skip any other key
+    (the records beside them, keys of another scheme)."""
+    async for key in storage.list(list_prefix(channel_id, folder, namespace=namespace)):
         try:
             parsed = parse_key(key, namespace=namespace)
         except InvalidKeyError:
             continue
-        if parsed.scope == scope:
+        if parsed.scope == scope and parsed.kind == "state":
             yield parsed.user if scope == "user" else parsed.conversation  # type: ignore[misc]
 
 

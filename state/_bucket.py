@@ -1,12 +1,12 @@
-"""`AgentState`: one scope's document for one turn, dict-like, tracking what changed since load.
+"""`AgentState`: the user's bucket, one scope's document for one turn, dict-like.
 
-A bucket owns what it loads (storage reads are the caller's own copies), so it hands out its
-members directly. Before it first hands out anything it records a baseline: the stored JSON
-bytes when the storage gives them, else one serialization. A bucket that was never edited
-and handed out only scalars costs nothing at save; one that was edited or lent a container
-(which may have been edited in place) one serialization and a bytes comparison, and those
-bytes are what gets written. The RFC 6902 patch against the start is only computed when
-asked for (`changes()`) or when rebasing after a conflict. Loading and saving live in `_lifecycle`.
+A bucket is the user's API over a `Document` underneath (`document_of`), which holds the
+loaded value, its version, the baseline and the change, and which the lifecycle loads,
+saves, rebases and closes. The bucket records what the turn reads (each `get`, `[]`, `in`
+and path lookup; `data`, iteration and `len` read everything), so a conflicting save is
+rebased only when provably serial, and marks what it lends: a bucket that handed out only
+scalars and was never edited costs nothing at save. A typed bucket's document decodes the
+stored JSON into its model and encodes it back.
 """
 
 from __future__ import annotations
@@ -19,19 +19,11 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from . import _typed as typed
-from ._errors import (
-    ScopeError,
-    StateClosedError,
-    StateConflictError,
-    StateError,
-    StatePathError,
-    StateValueError,
-)
+from ._document import Document
+from ._errors import ScopeError, StateValueError
 from ._ids import TurnIds
 from ._paths import MISSING, check_json, child, delete_in, drop, get_in, members, put, set_in
 from .backends import StoreItem
-from .backends._json import DUMP_OPTIONS, JsonRuleError, check_encoded, encode_json
-from .jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 
 
 class _Slotted(ABCMeta):
@@ -64,33 +56,11 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     """Seconds a saved document of this class lives (None: for good)."""
     schema_version: ClassVar[int | None] = None
     _migrations: ClassVar[dict[int, typed.Migration]] = {}
+    _document: ClassVar[type[Document]]
+    """The class of this bucket class's documents (its scope, ttl, model), made with it."""
 
-    __slots__ = (
-        "_key",
-        "_etag",
-        "_loaded",
-        "_stored",
-        "_value",
-        "_kept",
-        "_base",
-        "_pending",
-        "_closed",
-        "_reads",
-        "_read_all",
-        "_exposed",
-    )
-    _key: str | None
-    _etag: str | None
-    _loaded: dict[str, Any] | None
-    _stored: bytes | None
-    _value: Any
-    _kept: dict[str, Any]
-    _base: bytes | None
-    _pending: bytes | None
-    _closed: bool
-    _reads: set[tuple[str, ...]]
-    _read_all: bool
-    _exposed: bool
+    __slots__ = ("_doc",)
+    _doc: Document
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -104,11 +74,10 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         if version is not None and (cls.model is None or type(version) is not int or version < 1):
             raise TypeError(f"{cls.__name__}.schema_version needs a model and an int >= 1")
         cls._migrations = dict(cls._migrations)
+        cls._document = _document_class(cls)
 
     def __init__(self, key: str | None = None, item: StoreItem | None = None) -> None:
-        self._key = key
-        self._closed = False
-        self.load(item)
+        self._doc = self._document(key, item)
 
     @classmethod
     def key_for(cls, ids: TurnIds) -> str:
@@ -138,23 +107,24 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     @property
     def key(self) -> str | None:
         """The storage key, or None for a bucket that is never stored."""
-        return self._key
+        return self._doc.key
 
     @property
     def etag(self) -> str | None:
         """The stored version this bucket starts from; None when it was not stored yet."""
-        return self._etag
+        return self._doc.etag
 
     @property
     def data(self) -> Any:
         """The live document: the model instance of a typed bucket, else a dict of JSON values."""
-        root = self._root()
-        self._read_all = self._exposed = True
+        doc = self._doc
+        root = doc.root()
+        doc.read_all = doc.exposed = True
         return root
 
     @data.setter
     def data(self, value: Any) -> None:
-        self._edited()
+        self._doc.edited()
         if self.model is not None:
             if not isinstance(value, self.model):
                 raise StateValueError(f"{type(self).__name__}.data must be a {self.model.__name__}")
@@ -162,282 +132,179 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             check_json(value)
         else:
             raise StateValueError(f"{type(self).__name__}.data must be a dict")
-        self._value = value
+        self._doc.replace(value)
 
     def __getitem__(self, key: str) -> Any:
-        value = child(self._root(), key)
-        self._reads.add((key,))
+        doc = self._doc
+        value = child(doc.root(), key)
+        doc.reads.add((key,))
         if value is MISSING:
             raise KeyError(key)
-        return self._lend(value)
+        if type(value) not in _SCALARS:
+            doc.exposed = True
+        return value
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of `key`, or `default` when absent (falsy stored values are returned)."""
-        value = child(self._root(), key)
-        self._reads.add((key,))
-        return default if value is MISSING else self._lend(value)
+        doc = self._doc
+        value = child(doc.root(), key)
+        doc.reads.add((key,))
+        if value is MISSING:
+            return default
+        if type(value) not in _SCALARS:
+            doc.exposed = True
+        return value
 
     def __setitem__(self, key: str, value: Any) -> None:
         try:
-            put(self._edited(), key, value)
+            put(self._doc.edited(), key, value)
         except ValidationError as exc:
-            raise typed.validation_error(self._key, exc) from exc
+            raise typed.validation_error(self._doc.key, exc) from exc
 
     def set(self, key: str, value: Any) -> None:
         """Set `key` to a JSON value (a model field's value in a typed bucket)."""
         self[key] = value
 
     def __delitem__(self, key: str) -> None:
-        if not drop(self._edited(), key):
+        if not drop(self._doc.edited(), key):
             raise KeyError(key)
 
     def delete(self, key: str) -> None:
         """Remove `key` if present (no error when it is absent)."""
-        drop(self._edited(), key)
+        drop(self._doc.edited(), key)
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
-        found = child(self._root(), key) is not MISSING
-        self._reads.add((key,))
+        doc = self._doc
+        found = child(doc.root(), key) is not MISSING
+        doc.reads.add((key,))
         return found
 
     def __iter__(self) -> Iterator[str]:
-        names = members(self._root())
-        self._read_all = True
+        doc = self._doc
+        names = members(doc.root())
+        doc.read_all = True
         return iter(names)
 
     def __len__(self) -> int:
-        names = members(self._root())
-        self._read_all = True
+        doc = self._doc
+        names = members(doc.root())
+        doc.read_all = True
         return len(names)
 
     def clear(self) -> None:
         """Empty the bucket; a typed bucket goes back to its model's defaults."""
-        root = self._edited()
-        if isinstance(root, BaseModel):
-            self._value, self._kept = typed.decode(type(self), self._key, None)
+        doc = self._doc
+        root = doc.edited()
+        if isinstance(doc, _ModelDocument):
+            doc.reset()
         else:
             root.clear()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self._key!r}, etag={self._etag!r})"
-
-    def was_read(self) -> bool:
-        """Whether the turn read anything of this bucket (see `rebase`)."""
-        return self._read_all or bool(self._reads)
-
-    def close(self) -> None:
-        """End the bucket's turn: every later use raises `StateClosedError`."""
-        self._closed = True
+        return f"{type(self).__name__}(key={self._doc.key!r}, etag={self._doc.etag!r})"
 
     def get_path(self, parts: tuple[str, ...]) -> Any:
         """The value at a path of member names / list indices, or `MISSING` when absent."""
-        value = get_in(self._root(), parts)
-        self._reads.add(parts)
-        return value if value is MISSING else self._lend(value)
+        doc = self._doc
+        value = get_in(doc.root(), parts)
+        doc.reads.add(parts)
+        if value is not MISSING and type(value) not in _SCALARS:
+            doc.exposed = True
+        return value
 
     def set_path(self, parts: tuple[str, ...], value: Any) -> None:
         """Set the value at a path, creating missing intermediate dicts."""
         try:
-            set_in(self._edited(), parts, value)
+            set_in(self._doc.edited(), parts, value)
         except ValidationError as exc:
-            raise typed.validation_error(self._key, exc, parts[:-1]) from exc
+            raise typed.validation_error(self._doc.key, exc, parts[:-1]) from exc
 
     def delete_path(self, parts: tuple[str, ...]) -> bool:
         """Remove the value at a path; return whether it was there."""
-        return delete_in(self._edited(), parts)
+        return delete_in(self._doc.edited(), parts)
 
     @property
     def changed(self) -> bool:
         """Whether the document differs from what was loaded (or last saved), nested edits too."""
-        if self._base is None or not self._exposed:
-            return False
-        return self._dump(self._document()) != self._base
+        return self._doc.changed
 
     def changes(self) -> list[dict[str, Any]]:
         """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
-        if self._base is None:
-            return []
-        self._read_all = True
-        return make_patch(orjson.loads(self._base), self._document())
+        return self._doc.changes()
 
     def document(self) -> dict[str, Any]:
         """A fresh copy of the document as it would be stored now."""
-        self._root()
-        self._read_all = True
-        copy: dict[str, Any] = self._copy(self._document())
+        doc = self._doc
+        doc.root()
+        doc.read_all = True
+        copy: dict[str, Any] = orjson.loads(doc.dump(doc.document()))
         return copy
 
+
+def _document_class(cls: type[AgentState]) -> type[Document]:
+    """The document class of bucket class `cls`: its scope, ttl and last-writer-wins choice,
+    and for a typed bucket its model (`typed.Schema`)."""
+    namespace: dict[str, Any] = {
+        "__slots__": (),
+        "kind": getattr(cls, "scope", cls.__name__),
+        "ttl": cls.ttl,
+        "last_writer_wins": cls.last_writer_wins,
+    }
+    if cls.model is None:
+        return type(f"{cls.__name__}Document", (Document,), namespace)
+    schema = typed.Schema(cls.__name__, cls.model, cls.schema_version, cls._migrations)
+    return type(f"{cls.__name__}Document", (_ModelDocument,), {**namespace, "schema": schema})
+
+
+def document_of(bucket: AgentState) -> Document:
+    """The document under a bucket, which the lifecycle loads, saves, rebases and closes."""
+    return bucket._doc
+
+
+class _ModelDocument(Document):
+    """A typed bucket's document: the live value is the model; the stored members the model
+    does not declare are kept aside (`kept`) and written back as they were."""
+
+    schema: ClassVar[typed.Schema]
+    __slots__ = ("kept",)
+    kept: dict[str, Any]
+
+    def __init__(self, key: str | None, item: StoreItem | None) -> None:
+        self.kept = {}
+        super().__init__(key, item)
+
     def load(self, item: StoreItem | None) -> None:
-        """Start over from a stored version (None: not stored yet), dropping unsaved edits.
+        super().load(item)
+        self.kept = {}
 
-        The bucket takes ownership of `item.value`: it is the live document from now on.
-        """
-        self._loaded = item.value if item is not None else None
-        self._stored = item.data if item is not None else None
-        self._etag = item.etag if item is not None else None
-        self._value = self._base = self._pending = None
-        self._kept = {}
-        self._reads = set()
-        self._read_all = self._exposed = False
+    def reset(self) -> None:
+        """Go back to the model's defaults (`AgentState.clear`)."""
+        self._value, self.kept = typed.decode(self.schema, self.key, None)
 
-    def pending_write(self) -> StoreItem | None:
-        """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
+    def document(self) -> dict[str, Any]:
+        return typed.encode(self.schema, self._value, self.kept)
 
-        Its value is the live document: hand it to `Storage.write` and do not edit it until the
-        write returns. Raises `StateValueError` /
-        `StateValidationError` for a document that cannot be stored, before anything is written.
-        """
-        if self._base is None or not self._exposed:
-            return None
-        document = self._document()
-        dumped = self._dump(document)
-        if dumped == self._base:
-            return None
-        if self.model is not None:
-            typed.check(type(self), self._key, document)
-        else:
-            self._check_lent(document, dumped)
-        self._pending = dumped
-        return StoreItem(document, self._etag, dumped, ttl=self.ttl)
-
-    def mark_saved(self, etag: str) -> None:
-        """Record that the last `pending_write()` was stored as version `etag`."""
-        if self._pending is None:
-            raise StateError("mark_saved() needs a pending_write() first")
-        self._base, self._etag, self._pending = self._pending, etag, None
-
-    def rebase(self, newer: StoreItem | None) -> None:
-        """Replay this bucket's changes onto a newer stored version, after a write conflict.
-
-        Allowed only when that gives what running this turn after the other writer would:
-        the newer version changed nothing this bucket's turn read (each `get`, `[]`, `in`
-        and path lookup is recorded; `data`, iteration and `len` read everything) or wrote.
-        Else `StateConflictError` names the paths and the bucket is left as it was. A blind
-        write the newer version already made is dropped. A stored document deleted since
-        (`newer` None) is a conflict too, never recreated.
-        """
-        if self._base is None:
-            self.load(newer)
-            return
-        if self.last_writer_wins:  # keep this document, written over the newer version
-            self._etag = newer.etag if newer is not None else None
-            return
-        if newer is None and self._etag is not None:
-            raise StateConflictError(
-                [self._key or ""],
-                scopes=[self.scope],
-                message=f"{self.scope} state was deleted",
-                retryable=False,
-            )
-        base = orjson.loads(self._base)
-        fresh = type(self)(self._key, newer)
-        fresh._root()
-        theirs = fresh._document()
-        reads = None if self._read_all else self._reads
-        patch, clashes = rebase_patch(
-            base, make_patch(base, self._document()), make_patch(base, theirs), reads=reads
-        )
-        if clashes:
-            raise StateConflictError(
-                [self._key or ""], scopes=[self.scope], paths=clashes, retryable=False
-            )
-        try:
-            merged = apply_patch(theirs, patch)
-        except PatchConflictError as exc:
-            raise StateConflictError(
-                [self._key or ""],
-                scopes=[self.scope],
-                message=f"cannot rebase: {exc}",
-                retryable=False,
-            ) from exc
-        if self.model is None:
-            self._value = merged
-        else:
-            self._value, self._kept = typed.decode(type(self), self._key, merged)
-        self._loaded = self._stored = self._pending = None
-        self._etag, self._base = fresh._etag, fresh._base
-
-    def _check_lent(self, document: dict[str, Any], dumped: bytes) -> None:
-        """Check what in-place edits may have changed: a NaN or tuple must not go out as null
-        or a list. Assigned values were checked when set; in place, only a container the
-        bucket handed out (found again by the read path that handed it out) can have been
-        edited, or anything when the whole document was handed out (`data`)."""
-        try:
-            if self._read_all:
-                check_encoded(document, dumped)
-                return
-            for parts in self._reads:
-                if isinstance(value := _lent_value(document, parts), (dict, list)):
-                    encode_json(value)
-        except JsonRuleError as exc:
-            raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
-
-    def _root(self) -> Any:
-        """The live document (a dict, or a typed bucket's model), its baseline recorded first.
-
-        Everything the bucket hands out comes from here, so no edit can happen before the
-        baseline exists, and none after the bucket's turn ended.
-        """
-        if self._closed:
-            raise StateClosedError(self.scope)
-        if self._value is None:
-            loaded = self._loaded
-            if self.model is None:
-                self._value = loaded if loaded is not None else {}
-                stored = self._stored
-                self._base = stored if stored is not None else self._dump(self._value)
-            else:
-                self._value, self._kept = typed.decode(type(self), self._key, loaded)
-                self._base = self._dump(self._document())
+    def root(self) -> Any:
+        if self._value is None and not self.closed:  # decode the model first
+            self._value, self.kept = typed.decode(self.schema, self.key, self._loaded)
+            self._base = self.dump(typed.encode(self.schema, self._value, self.kept))
             self._loaded = self._stored = None
-        return self._value
+        return super().root()
 
-    def _edited(self) -> Any:
-        """`_root()` for an edit: the document may differ from its baseline from now on."""
-        root = self._root()
-        self._exposed = True
-        return root
+    def _adopt(self, merged: dict[str, Any]) -> None:
+        self._value, self.kept = typed.decode(self.schema, self.key, merged)
 
-    def _lend(self, value: Any) -> Any:
-        """`value`, handed out: a container (or model) may be edited in place, so the save
-        must compare the document with its baseline; only a bucket that handed out scalars
-        alone and was never edited is known unchanged without serializing it."""
-        if type(value) not in _SCALARS:
-            self._exposed = True
-        return value
-
-    def _document(self) -> dict[str, Any]:
-        if self.model is None:
-            return self._value  # type: ignore[no-any-return]
-        return typed.encode(type(self), self._value, self._kept)
-
-    def _copy(self, value: Any) -> Any:
-        """A deep copy of JSON `value` that shares nothing with it."""
-        return orjson.loads(self._dump(value))
-
-    def _dump(self, document: dict[str, Any]) -> bytes:
-        try:
-            return orjson.dumps(document, option=DUMP_OPTIONS)
-        except TypeError:
-            try:
-                encode_json(document)  # names the place and the reason
-            except JsonRuleError as exc:
-                raise StateValueError(f"state for key {self._key!r} is not JSON: {exc}") from None
-            raise
+    def _check(self, document: dict[str, Any], dumped: bytes) -> None:
+        typed.check(self.schema, self.key, document)
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 """Types of values no in-place edit can change."""
 
 
-def _lent_value(document: dict[str, Any], parts: tuple[str, ...]) -> Any:
-    """What a read path leads to now (MISSING when it no longer leads anywhere)."""
-    try:
-        return get_in(document, parts)
-    except StatePathError:
-        return MISSING
+AgentState._document = _document_class(AgentState)
 
 
 def _is_scope_name(name: object) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ._activity import Activity
-from ._bucket import AgentState
+from ._document import Record
 from ._errors import StateError
 
 RETENTION_SECONDS = 24 * 3600.0
@@ -35,10 +35,13 @@ class ActivityConflictError(StateError, ValueError):
         )
 
 
-class DeliveryRecord(AgentState):
-    """The stored record of one processed activity (no scope: `TurnState.attach`es it)."""
+class DeliveryRecord(Record):
+    """The stored record of one processed activity (`TurnState.attach`es it): the digest of
+    the activity and its replies. It has no format member (records written before had none)."""
 
-    scope = "delivery"
+    kind = "delivery"
+    format = None
+    fields = {"digest": str, "replies": list}
     ttl = RETENTION_SECONDS
 
 
@@ -48,20 +51,19 @@ def digest(activity: Activity) -> str:
     return hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def recorded_replies(record: AgentState, activity: Activity) -> list[Activity] | None:
+def recorded_replies(record: DeliveryRecord, activity: Activity) -> list[Activity] | None:
     """The replies of the first processing of `activity`, or None when it is new."""
-    stored = record.get("digest")
+    stored = record.stored()
     if stored is None:
         return None
-    if stored != digest(activity):
+    if stored["digest"] != digest(activity):
         raise ActivityConflictError(activity.id or "")
-    return [Activity.of(reply) for reply in record.get("replies", [])]
+    return [Activity.of(reply) for reply in stored["replies"]]
 
 
-def remember(record: AgentState, activity: Activity, replies: list[Activity]) -> None:
+def remember(record: DeliveryRecord, activity: Activity, replies: list[Activity]) -> None:
     """Fill the record that the turn's save writes along with its buckets."""
     wire: list[dict[str, Any]] = [
         reply.model_dump(mode="json", by_alias=True, exclude_none=True) for reply in replies
     ]
-    record["digest"] = digest(activity)
-    record["replies"] = wire
+    record.value.update(digest=digest(activity), replies=wire)

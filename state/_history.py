@@ -19,18 +19,15 @@ the pages they need in one read. A stored document of another format is refused 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import orjson
 
-from ._bucket import AgentState
+from ._document import Record, Records
 from ._errors import StateError
-from ._keys import escape_segment
+from ._keys import history_index_key, history_key, history_page_key
 from .backends import FormatError, InvalidValueError
 from .backends._json import JsonRuleError, encode_json
-
-if TYPE_CHECKING:
-    from ._turn_state import TurnState
 
 FORMAT: Final = 1
 PAGE_SIZE: Final = 32
@@ -45,16 +42,22 @@ class HistoryError(StateError, ValueError):
     history already holds) or a read from an id it does not hold."""
 
 
-class _Head(AgentState):
-    scope = "history"
+class _Head(Record):
+    kind = "history"
+    format = FORMAT
+    fields = {"page_size": int, "count": int, "tail": list}
 
 
-class _Page(AgentState):
-    scope = "history_page"
+class _Page(Record):
+    kind = "history_page"
+    format = FORMAT
+    fields = {"messages": list}
 
 
-class _Entry(AgentState):
-    scope = "history_index"
+class _Entry(Record):
+    kind = "history_index"
+    format = FORMAT
+    fields = {"seq": int}
 
 
 def check_message(message: object) -> dict[str, Any]:
@@ -79,15 +82,15 @@ class History:
     """The history of the turn's session (`state.history`): `await` its reads and appends;
     what a turn appends is saved with the turn, all-or-nothing with its buckets."""
 
-    __slots__ = ("_state", "_key", "_head")
+    __slots__ = ("_state", "_session", "_key", "_head")
 
-    def __init__(self, state: TurnState, session_key: str) -> None:
-        self._state, self._key = state, f"{session_key}/history"
-        self._head: AgentState | None = None
+    def __init__(self, state: Records, session_key: str) -> None:
+        self._state, self._session, self._key = state, session_key, history_key(session_key)
+        self._head: _Head | None = None
 
     async def count(self) -> int:
         """How many messages the history holds (this turn's appends included)."""
-        return int((await self._loaded_head()).get("count", 0))
+        return int((await self._loaded_head()).value.get("count", 0))
 
     async def append(self, *messages: Mapping[str, Any]) -> None:
         """Append messages (each a JSON object with a unique `id` and a known `role`),
@@ -96,22 +99,22 @@ class History:
         ids = [message["id"] for message in checked]
         if len(set(ids)) != len(ids):
             raise HistoryError(f"messages to append repeat an id: {ids}")
-        wanted: dict[str, type[AgentState]] = {self._entry_key(i): _Entry for i in ids}
+        wanted: dict[str, type[Record]] = {self._entry_key(i): _Entry for i in ids}
         if self._head is None:
             wanted[self._key] = _Head  # one read for the head and the new ids' entries
         entries = (await self._state.fetch(wanted))[: len(ids)]
-        head = await self._loaded_head()
-        taken = [i for i, entry in zip(ids, entries, strict=True) if _check(entry) is not None]
+        head = (await self._loaded_head()).value
+        taken = [i for i, entry in zip(ids, entries, strict=True) if entry.stored() is not None]
         if taken:
             raise HistoryError(f"the history already holds message id(s) {taken}")
         count, tail = int(head.get("count", 0)), list(head.get("tail", []))
         for entry, message in zip(entries, checked, strict=True):
-            entry["format"], entry["seq"] = FORMAT, count
+            entry.value.update(format=FORMAT, seq=count)
             tail.append(message)
             count += 1
             if len(tail) == PAGE_SIZE:
                 page = self._state.attach(_Page, self._page_key(count // PAGE_SIZE - 1))
-                page["format"], page["messages"] = FORMAT, tail
+                page.value.update(format=FORMAT, messages=tail)
                 tail = []
         head["format"], head["page_size"], head["count"], head["tail"] = (
             FORMAT, PAGE_SIZE, count, tail,
@@ -144,13 +147,13 @@ class History:
         """Those of `ids` the history holds (one read of their index entries)."""
         wanted = list(dict.fromkeys(ids))
         entries = await self._state.fetch({self._entry_key(i): _Entry for i in wanted})
-        return {i for i, entry in zip(wanted, entries, strict=True) if _check(entry) is not None}
+        return {i for i, entry in zip(wanted, entries, strict=True) if entry.stored() is not None}
 
     async def _slice(self, start: int, end: int) -> list[dict[str, Any]]:
         """Messages `start .. end - 1`, read from the pages they are on and the tail."""
         if start >= end:
             return []
-        head = await self._loaded_head()
+        head = (await self._loaded_head()).value
         count = int(head.get("count", 0))
         tail_start = count - len(head.get("tail", []))
         page_end = min(end, tail_start)
@@ -159,8 +162,8 @@ class History:
         pages = await self._state.fetch(dict.fromkeys(keys, _Page))
         messages: list[Any] = []
         for key, page in zip(keys, pages, strict=True):
-            stored = _check(page)
-            if stored is None or len(stored.get("messages", [])) != PAGE_SIZE:
+            stored = page.stored()
+            if stored is None or len(stored["messages"]) != PAGE_SIZE:
                 raise FormatError(key, "is a missing or short history page")
             messages += stored["messages"]
         first = (start // PAGE_SIZE) * PAGE_SIZE if keys else tail_start
@@ -171,37 +174,25 @@ class History:
 
     async def _seq(self, message_id: str) -> int:
         (entry,) = await self._state.fetch({self._entry_key(message_id): _Entry})
-        stored = _check(entry)
+        stored = entry.stored()
         if stored is None:
             raise HistoryError(f"the history holds no message {message_id!r}")
         return int(stored["seq"])
 
-    async def _loaded_head(self) -> AgentState:
+    async def _loaded_head(self) -> _Head:
         if self._head is None:
             (head,) = await self._state.fetch({self._key: _Head})
-            stored = _check(head)
+            stored = head.stored()
             if stored is not None and stored.get("page_size") != PAGE_SIZE:
                 raise FormatError(self._key, f"has page size {stored.get('page_size')!r}")
             self._head = head
         return self._head
 
     def _page_key(self, number: int) -> str:
-        return f"{self._key}/pages/{number}"
+        return history_page_key(self._session, number)
 
     def _entry_key(self, message_id: str) -> str:
-        return f"{self._key}/ids/{escape_segment(message_id, what='message id')}"
-
-
-def _check(bucket: AgentState) -> dict[str, Any] | None:
-    """The stored content of a history document (None: there is none yet); `FormatError`
-    for a document of another format."""
-    if not bucket:
-        return None
-    version = bucket.get("format")
-    if version != FORMAT:
-        raise FormatError(bucket.key or "", f"has history format {version!r}; this reader"
-                          f" knows format {FORMAT} only")  # fmt: skip
-    return bucket.data  # type: ignore[no-any-return]
+        return history_index_key(self._session, message_id)
 
 
 def _limit(n: object) -> int:

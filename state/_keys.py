@@ -1,9 +1,30 @@
-"""The storage key of every scope, built from outside ids by one-to-one segment escaping.
+"""Every storage key the framework writes, built from outside ids by one-to-one escaping.
 
 Each id is one `/`-free segment: everything outside `[A-Za-z0-9-_.:@~]` is percent-encoded
 (UTF-8, upper-case hex), and a segment of dots only has its dots encoded, so no id can be
 empty, `.`, `..` or reach into another scope's key. Parsing refuses non-canonical escapes,
-so a key names exactly one tuple of ids.
+so a key names exactly one document. `namespaced` puts the optional namespace in front of
+every key (the one place that does). The keys and their write groups (`write_group`; `N/` is
+the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `C/users/{user}`):
+
+| kind            | key                                        | write group          |
+|-----------------|--------------------------------------------|----------------------|
+| user            | `N/{channel}/users/{user}`                 | the key itself       |
+| conversation    | `C`                                        | `C`                  |
+| session         | `S`                                        | `C`                  |
+| app             | `N/app/{app_name}`                         | the key itself       |
+| activity        | `C/activities/{id}`                        | `C`                  |
+|                 | `N/{channel}/users/{user}/activities/{id}` | the key itself       |
+|                 | `N/{channel}/activities/{id}`              | the key itself       |
+| history         | `S/history`                                | `C`                  |
+| history_page    | `S/history/pages/{n}`                      | `C`                  |
+| history_index   | `S/history/ids/{message id}`               | `C`                  |
+| run             | `S/runs/{run id}`                          | `C`                  |
+| agui_owner      | `C/agui-owner`                             | `C`                  |
+| agui_sent       | `S/agui`                                   | `C`                  |
+
+So a turn's conversation, session and every record it writes beside them commit in one
+write group (one Redis slot, one Cosmos DB partition).
 """
 
 from __future__ import annotations
@@ -50,7 +71,8 @@ def unescape_segment(segment: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
-    """The scope and ids a storage key was built from."""
+    """The scope and ids a storage key was built from; for a framework record (`kind` other
+    than `"state"`), the scope it lives under and its own id (`record`)."""
 
     scope: str
     channel: str | None = None
@@ -58,16 +80,22 @@ class ParsedKey:
     user: str | None = None
     app: str | None = None
     namespace: str | None = None
+    kind: str = "state"
+    """`"state"` for a scope's bucket, else the record's kind (see the table above)."""
+    record: str | None = None
+    """The record's own id: activity id, page number, message id or run id."""
 
 
-def _join(namespace: str | None, *parts: str) -> str:
-    head = [escape_segment(namespace, what="namespace")] if namespace is not None else []
-    return "/".join([*head, *parts])
+def namespaced(namespace: str | None, *parts: str) -> str:
+    """`parts` joined into a key, under the escaped `namespace` when there is one."""
+    if namespace is None:
+        return "/".join(parts)
+    return "/".join((escape_segment(namespace, what="namespace"), *parts))
 
 
 def user_key(channel: str, user: str, *, namespace: str | None = None) -> str:
     """`{channel}/users/{user}`: one user's state on one channel."""
-    return _join(
+    return namespaced(
         namespace,
         escape_segment(channel, what="channel id"),
         "users",
@@ -77,7 +105,7 @@ def user_key(channel: str, user: str, *, namespace: str | None = None) -> str:
 
 def conversation_key(channel: str, conversation: str, *, namespace: str | None = None) -> str:
     """`{channel}/conversations/{conversation}`: shared by every member of a conversation."""
-    return _join(
+    return namespaced(
         namespace,
         escape_segment(channel, what="channel id"),
         "conversations",
@@ -87,7 +115,7 @@ def conversation_key(channel: str, conversation: str, *, namespace: str | None =
 
 def session_key(channel: str, conversation: str, user: str, *, namespace: str | None = None) -> str:
     """`{channel}/conversations/{conversation}/users/{user}`: one user in one conversation."""
-    return _join(
+    return namespaced(
         namespace,
         escape_segment(channel, what="channel id"),
         "conversations",
@@ -112,17 +140,54 @@ def activity_key(
     elif user is not None:
         head = user_key(channel, user, namespace=namespace)
     else:
-        head = _join(namespace, escape_segment(channel, what="channel id"))
+        head = namespaced(namespace, escape_segment(channel, what="channel id"))
     return f"{head}/activities/{escape_segment(activity_id, what='activity id')}"
+
+
+def list_prefix(channel: str, folder: str, *, namespace: str | None = None) -> str:
+    """`N/{channel}/{folder}/`: what every key of a channel's users or conversations starts
+    with, for listing them."""
+    return namespaced(namespace, escape_segment(channel, what="channel id"), folder, "")
+
+
+def history_key(session: str) -> str:
+    """`S/history`: the head of the history of the session whose key is `session`."""
+    return f"{session}/history"
+
+
+def history_page_key(session: str, number: int) -> str:
+    """`S/history/pages/{number}`: a full page of that history."""
+    return f"{session}/history/pages/{number}"
+
+
+def history_index_key(session: str, message_id: str) -> str:
+    """`S/history/ids/{message id}`: where a message of that history sits."""
+    return f"{session}/history/ids/{escape_segment(message_id, what='message id')}"
+
+
+def run_key(session: str, run_id: str) -> str:
+    """`S/runs/{run id}`: the record of a run of the session whose key is `session`."""
+    return f"{session}/runs/{escape_segment(run_id, what='run id')}"
+
+
+def thread_owner_key(conversation: str) -> str:
+    """`C/agui-owner`: which user an AG-UI thread (the conversation `conversation`) belongs to."""
+    return f"{conversation}/agui-owner"
+
+
+def thread_sent_key(session: str) -> str:
+    """`S/agui`: what the AG-UI server last sent the thread of the session `session`."""
+    return f"{session}/agui"
 
 
 def app_key(app_name: str, *, namespace: str | None = None) -> str:
     """`app/{app_name}`: global to the application."""
-    return _join(namespace, "app", escape_segment(app_name, what="app name"))
+    return namespaced(namespace, "app", escape_segment(app_name, what="app name"))
 
 
 def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
-    """Give back the scope and ids of a key built by this module; `InvalidKeyError` otherwise."""
+    """Give back the scope and ids of a key built by this module (a scope's key or a record's
+    beside it, see the table above); `InvalidKeyError` for any other key."""
     parts = key.split("/") if isinstance(key, str) else []
     if namespace is not None:
         if not parts or parts[0] != escape_segment(namespace, what="namespace"):
@@ -130,16 +195,62 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
         parts = parts[1:]
     if len(parts) == 2 and parts[0] == "app":
         return ParsedKey("app", app=unescape_segment(parts[1]), namespace=namespace)
-    literals, ids = parts[1::2], [unescape_segment(p) for p in parts[0::2]]
-    if literals == ["users"] and len(ids) == 2:
-        return ParsedKey("user", channel=ids[0], user=ids[1], namespace=namespace)
-    if literals == ["conversations"] and len(ids) == 2:
-        return ParsedKey("conversation", channel=ids[0], conversation=ids[1], namespace=namespace)
-    if literals == ["conversations", "users"] and len(ids) == 3:
-        return ParsedKey(
-            "session", channel=ids[0], conversation=ids[1], user=ids[2], namespace=namespace
-        )
+    for length in (5, 3):  # a session's key or a record beside it, then the other scopes'
+        scope = _parse_scope(parts[:length], namespace)
+        if scope is not None:
+            parsed = _parse_record(scope, parts[length:]) if len(parts) > length else scope
+            if parsed is not None:
+                return parsed
+    if len(parts) == 3 and parts[1] == "activities":  # a record under its channel alone
+        return ParsedKey("channel", channel=unescape_segment(parts[0]), namespace=namespace,
+                         kind="activity", record=unescape_segment(parts[2]))  # fmt: skip
     raise InvalidKeyError(f"key {key!r:.80} does not follow the agent-state key scheme")
+
+
+_RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
+    "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner"},
+    "user": {("activities", True): "activity"},
+    "session": {("history", False): "history", ("history", "pages"): "history_page",
+                ("history", "ids"): "history_index", ("runs", True): "run",
+                ("agui", False): "agui_sent"},
+}  # fmt: skip
+"""The records beside each scope's key: (literal, what follows) -> kind; True: an id follows."""
+
+
+def _parse_scope(parts: list[str], namespace: str | None) -> ParsedKey | None:
+    """The scope key `parts` spell out, or None (`InvalidKeyError` for a bad escape)."""
+    if len(parts) not in (3, 5) or parts[1::2] not in (["users"], ["conversations"],
+                                                         ["conversations", "users"]):  # fmt: skip
+        return None
+    ids = [unescape_segment(p) for p in parts[0::2]]
+    if parts[1] == "users":
+        return ParsedKey("user", channel=ids[0], user=ids[1], namespace=namespace)
+    if len(ids) == 2:
+        return ParsedKey("conversation", channel=ids[0], conversation=ids[1], namespace=namespace)
+    return ParsedKey("session", channel=ids[0], conversation=ids[1], user=ids[2],
+                     namespace=namespace)  # fmt: skip
+
+
+def _parse_record(scope: ParsedKey, rest: list[str]) -> ParsedKey | None:
+    """The record `rest` names beside `scope`'s key, or None when it names none."""
+    known = _RECORDS.get(scope.scope, {})
+    if len(rest) == 1:
+        kind, record = known.get((rest[0], False)), None
+    elif len(rest) == 2:
+        kind, record = known.get((rest[0], True)), unescape_segment(rest[1])
+    elif len(rest) == 3:
+        kind, record = known.get((rest[0], rest[1])), rest[2]
+        if kind == "history_page":
+            record = record if record.isdigit() and str(int(record)) == record else None
+        else:
+            record = unescape_segment(record)
+        kind = kind if record is not None else None
+    else:
+        return None
+    if kind is None:
+        return None
+    return ParsedKey(scope.scope, scope.channel, scope.conversation, scope.user,
+                     namespace=scope.namespace, kind=kind, record=record)  # fmt: skip
 
 
 def write_group(key: str) -> str:

@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
 
 from ._bucket import AgentState
+from ._document import Document
 from ._errors import StateConflictError
 from ._ids import TurnIds
 from ._plan import Scopes
@@ -47,33 +48,35 @@ async def read_turn(
     return state
 
 
-async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
-    """Write the changed buckets in one conditional batch; none when nothing changed.
+async def save_documents(storage: Storage, documents: Iterable[Document]) -> None:
+    """Write the changed documents (buckets' and records) in one conditional batch; none when
+    nothing changed.
 
-    The buckets the turn only read go with it as read checks (`Storage.write(unchanged=)`),
+    The documents the turn only read go with it as read checks (`Storage.write(unchanged=)`),
     so a save never rests on a value another writer changed meanwhile. The batch is
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
-    the scopes, and every bucket keeps its changes for a retry.
+    the scopes (or record kinds), and every document keeps its changes for a retry.
     """
     pending = {}
-    read: dict[str, AgentState] = {}
-    for bucket in buckets:
-        if bucket.key is None:
+    read: dict[str, Document] = {}
+    for document in documents:
+        key = document.key
+        if key is None:
             continue
-        item = bucket.pending_write()
+        item = document.pending_write()
         if item is not None:
-            pending[bucket.key] = (bucket, item)
-        elif bucket.was_read():
-            read[bucket.key] = bucket
+            pending[key] = (document, item)
+        elif document.was_read():
+            read[key] = document
     if not pending:
         return
-    unchanged = {key: bucket.etag for key, bucket in read.items()} or None
+    unchanged = {key: document.etag for key, document in read.items()} or None
     try:
         etags = await storage.write(
             {key: item for key, (_, item) in pending.items()}, unchanged=unchanged
         )
     except ConflictError as exc:
-        scopes = [(pending[key][0] if key in pending else read[key]).scope for key in exc.keys]
+        scopes = [(pending[key][0] if key in pending else read[key]).kind for key in exc.keys]
         raise StateConflictError(exc.keys, scopes=scopes) from exc
     for key, etag in etags.items():
         pending[key][0].mark_saved(etag)
@@ -131,16 +134,16 @@ def _given_up(failed: StateConflictError, attempts: int, rerun: bool) -> StateCo
     )
 
 
-async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: int) -> None:
-    """`save_buckets`, and on a conflict re-read the conflicting buckets, rebase (where that
-    is provably what a serial order gives, see `AgentState.rebase`) and write again."""
+async def save_merging(storage: Storage, documents: list[Document], *, retries: int) -> None:
+    """`save_documents`, and on a conflict re-read the conflicting documents, rebase (where
+    that is provably what a serial order gives, see `Document.rebase`) and write again."""
     policy = ConflictRetries(retries)
     conflict: StateConflictError | None = None
     while True:
         try:
             if conflict is not None:
-                await _rebase(storage, buckets, conflict.keys)
-            return await save_buckets(storage, buckets)
+                await _rebase(storage, documents, conflict.keys)
+            return await save_documents(storage, documents)
         except StateConflictError as exc:
             await policy.after(exc)
             conflict = exc
@@ -191,7 +194,7 @@ class _OpenTurn:
         assert state is not None
         try:
             if kind is None and not state.discarded:
-                await save_merging(self._storage, state.stored_buckets(), retries=self._retries)
+                await save_merging(self._storage, state.stored_documents(), retries=self._retries)
         finally:
             state.close()
 
@@ -252,9 +255,9 @@ def check_retries(retries: object) -> None:
         raise ValueError(f"retries must be an int >= 0, got {retries!r}")
 
 
-async def _rebase(storage: Storage, buckets: list[AgentState], keys: list[str]) -> None:
-    """Replay the changes of the buckets of `keys` onto their stored versions, read anew."""
+async def _rebase(storage: Storage, documents: list[Document], keys: list[str]) -> None:
+    """Replay the changes of the documents of `keys` onto their stored versions, read anew."""
     found = await storage.read(keys)
-    by_key = {bucket.key: bucket for bucket in buckets}
+    by_key = {document.key: document for document in documents}
     for key in keys:
         by_key[key].rebase(found.get(key))

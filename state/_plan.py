@@ -13,7 +13,7 @@ from typing import NamedTuple
 from ._bucket import AgentState
 from ._errors import MissingIdError, ScopeError, StatePathError
 from ._ids import TurnIds
-from ._keys import escape_segment
+from ._keys import namespaced
 from ._paths import split_path
 from ._scopes import BUILTIN_SCOPES
 
@@ -22,6 +22,13 @@ PLAN_CACHE_SIZE = 4096
 """Distinct ids whose keys an application keeps (about 1 KB each)."""
 PATH_CACHE_SIZE = 1024
 """Distinct state paths whose parse an application keeps."""
+TURN_STATE_NAMES = frozenset({
+    "app", "attach", "changed", "close", "closed", "conversation", "delete", "discard",
+    "discarded", "fetch", "forbid_rerun", "get", "has", "history", "ids", "load", "rerun",
+    "scope", "scope_names", "session", "set", "stored_documents", "temp", "user",
+})  # fmt: skip
+"""`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
+listed here so the plan needs nothing of the turn (tests/state/test_turn_state.py pins them)."""
 
 
 class Plan(NamedTuple):
@@ -97,9 +104,7 @@ def scope_key(cls: type[AgentState], ids: TurnIds) -> str:
     """`cls.key_for(ids)`; `ScopeError` when `ids` has a namespace and the key lies outside it."""
     key = cls.key_for(ids)
     namespace = ids.namespace
-    if namespace is not None and not key.startswith(
-        f"{escape_segment(namespace, what='namespace')}/"
-    ):
+    if namespace is not None and not key.startswith(namespaced(namespace, "")):
         raise ScopeError(
             f"{cls.__name__}.key_for() gave {key!r}, outside the namespace {namespace!r}: "
             f"a key must start with escape_segment(ids.namespace) + '/'"
@@ -111,9 +116,6 @@ def _scope_classes(
     custom_scopes: Iterable[type[AgentState]], include_builtin: bool
 ) -> dict[str, type[AgentState]]:
     """The built-in scopes with the custom ones added (or replacing a built-in they subclass)."""
-    from ._turn_state import TurnState  # its attribute names are off limits for scopes
-
-    reserved = {name for name in dir(TurnState) if not name.startswith("_")}
     classes = dict(_BUILTIN) if include_builtin else {}
     custom: dict[str, type[AgentState]] = {}
     for cls in custom_scopes:
@@ -130,7 +132,7 @@ def _scope_classes(
                 f"{cls.__name__} claims the built-in scope {name!r}; "
                 f"subclass {builtin.__name__} to replace it"
             )
-        if builtin is None and name in reserved:
+        if builtin is None and name in TURN_STATE_NAMES:
             raise ScopeError(f"scope name {name!r} clashes with TurnState.{name}")
         if cls.persisted and cls.key_for.__func__ is AgentState.key_for.__func__:  # type: ignore[attr-defined]
             raise ScopeError(f"{cls.__name__} is persisted, so it must override key_for()")

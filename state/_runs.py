@@ -21,14 +21,14 @@ from typing import Any, Final
 
 import orjson
 
-from ._bucket import AgentState
+from ._document import Record
 from ._errors import StateError
 from ._history import HistoryError, check_message
 from ._ids import TurnIds
-from ._keys import escape_segment
+from ._keys import run_key
 from ._lifecycle import open_turn, run_turn
 from ._turn_state import TurnState
-from .backends import FormatError, Storage
+from .backends import Storage
 
 FORMAT: Final = 1
 STATUSES: Final = ("accepted", "completed", "failed", "cancelled")
@@ -87,10 +87,14 @@ def next_turn(
     return Selection("next_turn", fresh, system, completed_run_id)
 
 
-class RunRecord(AgentState):
-    """The stored record of one run (no scope of its own: attached under its session)."""
+class RunRecord(Record):
+    """The stored record of one run (attached under its session)."""
 
-    scope = "run"
+    kind = "run"
+    format = FORMAT
+    fields = {"id": str, "status": str, "input": str, "selection": dict, "children": list,
+              "messages": list}  # fmt: skip
+    choices = {"status": frozenset(STATUSES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +107,6 @@ class Run:
     selection: dict[str, Any]
     resubmitted: bool
     result: Any = None
-
-
-def run_key(session_key: str, run_id: str) -> str:
-    return f"{session_key}/runs/{escape_segment(run_id, what='run id')}"
 
 
 def input_digest(run_input: Any) -> str:
@@ -139,11 +139,12 @@ async def accept_run(
     async def accept(state: TurnState, attempt: int) -> Run:
         key = run_key(_session(state), run_id)
         (record,) = await state.fetch({key: RunRecord})
-        if _stored(record) is not None:
+        stored = record.stored()
+        if stored is not None:
             state.discard()
-            if record["input"] != digest:
+            if stored["input"] != digest:
                 raise RunConflictError(f"run {run_id!r} was submitted with another input")
-            return _run(ids, run_id, record, resubmitted=True)
+            return _run(ids, run_id, stored, resubmitted=True)
         if check is not None:
             await check(state)
         selection = history.to_json()
@@ -151,20 +152,22 @@ async def accept_run(
             (before,) = await state.fetch(
                 {run_key(_session(state), str(history.run_id)): RunRecord}
             )
-            if _stored(before) is None or before["status"] != "completed":
+            done = before.stored()
+            if done is None or done["status"] != "completed":
                 raise RunStateError(
                     f"run {history.run_id!r} is not a completed run of this session"
                 )
-            selection["drop_reasoning"] |= before["selection"]["drop_reasoning"]
+            selection["drop_reasoning"] |= done["selection"]["drop_reasoning"]
         if parent is not None:
             (above,) = await state.fetch({run_key(_session(state), parent): RunRecord})
-            if _stored(above) is None:
+            parent_run = above.stored()
+            if parent_run is None:
                 raise RunStateError(f"parent run {parent!r} is not a run of this session")
-            above["children"] = [*above.get("children", []), run_id]
-        record.update({"format": FORMAT, "id": run_id, "status": "accepted", "input": digest,
+            parent_run["children"] = [*parent_run["children"], run_id]
+        record.value.update({"format": FORMAT, "id": run_id, "status": "accepted", "input": digest,
                        "request": run_input, "selection": selection, "parent": parent,
                        "children": [], "messages": [], "result": None, "error": None})  # fmt: skip
-        return _run(ids, run_id, record, resubmitted=False)
+        return _run(ids, run_id, record.value, resubmitted=False)
 
     return await run_turn(storage, ids, accept)  # a concurrent submission: run again, see it
 
@@ -176,7 +179,7 @@ async def model_messages(state: TurnState, run: Run) -> list[dict[str, Any]]:
         messages = list(selection["messages"])
     else:
         (before,) = await state.fetch({run_key(_session(state), selection["run"]): RunRecord})
-        inherited = await state.history.first(before["history_end"])
+        inherited = await state.history.first(before.value["history_end"])
         messages = [*selection["system"], *inherited, *selection["messages"]]
     if selection["drop_reasoning"]:
         messages = [m for m in messages if m["role"] != "reasoning"]
@@ -215,10 +218,10 @@ async def cancel_run(storage: Storage, ids: TurnIds, run_id: str) -> None:
         if record["status"] != "accepted":
             raise RunStateError(f"run {run_id!r} is {record['status']}, not accepted")
         children = await state.fetch(
-            {run_key(_session(state), child): RunRecord for child in record.get("children", [])}
+            {run_key(_session(state), child): RunRecord for child in record["children"]}
         )
-        for run in (record, *children):
-            if _stored(run) is not None and run["status"] == "accepted":
+        for run in (record, *(child.stored() for child in children)):
+            if run is not None and run["status"] == "accepted":
                 run["status"], run["error"] = "cancelled", "cancelled with its parent"
         record["error"] = "cancelled"
 
@@ -234,24 +237,19 @@ async def _finish(storage: Storage, run: Run, status: str, error: str) -> None:
     await run_turn(storage, run.ids, finish)
 
 
-async def _record(state: TurnState, run_id: str, status: str | None) -> AgentState:
+async def _record(state: TurnState, run_id: str, status: str | None) -> dict[str, Any]:
+    """The stored record of run `run_id` of the turn's session (its live value, saved with
+    the turn); `RunStateError` when there is none or it is not in `status`."""
     (record,) = await state.fetch({run_key(_session(state), run_id): RunRecord})
-    if _stored(record) is None:
+    stored = record.stored()
+    if stored is None:
         raise RunStateError(f"run {run_id!r} is not a run of this session")
-    if status is not None and record["status"] != status:
-        raise RunStateError(f"run {run_id!r} is {record['status']}, not {status}")
-    return record
+    if status is not None and stored["status"] != status:
+        raise RunStateError(f"run {run_id!r} is {stored['status']}, not {status}")
+    return stored
 
 
-def _stored(record: AgentState) -> dict[str, Any] | None:
-    if not record:
-        return None
-    if record.get("format") != FORMAT or record.get("status") not in STATUSES:
-        raise FormatError(record.key or "", "is not a run record this version reads")
-    return record.data  # type: ignore[no-any-return]
-
-
-def _run(ids: TurnIds, run_id: str, record: AgentState, *, resubmitted: bool) -> Run:
+def _run(ids: TurnIds, run_id: str, record: dict[str, Any], *, resubmitted: bool) -> Run:
     return Run(ids, run_id, record["status"], record["selection"], resubmitted, record["result"])
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from ._bucket import AgentState
+from ._bucket import AgentState, document_of
+from ._document import Document, R
 from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
 from ._history import History
 from ._ids import TurnIds
@@ -31,7 +32,7 @@ class TurnState:
 
     __slots__ = (
         "ids", "discarded", "closed", "rerun",
-        "_scopes", "_plan", "_buckets", "_found", "_read", "_history",
+        "_scopes", "_plan", "_buckets", "_documents", "_unstored", "_found", "_read", "_history",
     )  # fmt: skip
 
     def __init__(
@@ -52,6 +53,11 @@ class TurnState:
         self._scopes = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
         self._plan = self._scopes.plan(ids)
         self._buckets: dict[str, AgentState] = {}
+        """The buckets made so far, by scope name."""
+        self._documents: dict[str, Document] = {}
+        """The stored documents used so far (persisted buckets' and records), by key."""
+        self._unstored: list[Document] = []
+        """The documents of the buckets used so far that are never stored (temp)."""
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
@@ -63,27 +69,30 @@ class TurnState:
         if keys:
             self._found.update(await self._storage_read()(keys))
 
-    def stored_buckets(self) -> list[AgentState]:
-        """The persisted buckets this turn has used so far (the only ones that can change)."""
-        return [bucket for bucket in self._buckets.values() if bucket.persisted]
+    def stored_documents(self) -> list[Document]:
+        """The stored documents this turn has used so far (the only ones that can change):
+        its persisted buckets' and its records."""
+        return list(self._documents.values())
 
-    def attach(self, cls: type[AgentState], key: str) -> AgentState:
-        """A framework document of this turn that is no scope (the record of a processed
-        activity): read with the turn (`extra_keys` of `open_turn`), saved with it."""
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = cls(key, self._found.pop(key, None))
-        return bucket
+    def attach(self, cls: type[R], key: str) -> R:
+        """A framework record of this turn (the record of a processed activity): read with
+        the turn (`extra_keys` of `open_turn`), saved with it."""
+        record = self._documents.get(key)
+        if record is None:
+            record = self._documents[key] = cls(key, self._found.pop(key, None))
+        if not isinstance(record, cls):
+            raise ScopeError(f"key {key!r} is not a {cls.kind} record in this turn")
+        return record
 
-    async def fetch(self, documents: Mapping[str, type[AgentState]]) -> list[AgentState]:
-        """Framework documents (key -> class) read after the turn's first read, those not
+    async def fetch(self, records: Mapping[str, type[R]]) -> list[R]:
+        """Framework records (key -> class) read after the turn's first read, those not
         yet loaded in one more read; saved with the turn like `attach`ed ones."""
         if self.closed:
             raise StateClosedError("history")
-        missing = [key for key in documents if key not in self._buckets and key not in self._found]
+        missing = [key for key in records if key not in self._documents and key not in self._found]
         if missing:
             self._found.update(await self._storage_read()(missing))
-        return [self.attach(cls, key) for key, cls in documents.items()]
+        return [self.attach(cls, key) for key, cls in records.items()]
 
     def _storage_read(self) -> Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]:
         if self._read is None:
@@ -99,7 +108,7 @@ class TurnState:
 
     def changed(self) -> bool:
         """Whether saving the turn now would write anything."""
-        return any(bucket.changed for bucket in self.stored_buckets())
+        return any(document.changed for document in self._documents.values())
 
     def discard(self) -> None:
         """Drop this turn's changes: `open_turn` saves nothing for it."""
@@ -114,8 +123,10 @@ class TurnState:
         """End the turn (`open_turn` does, once saved or discarded): any later use of its
         state raises `StateClosedError`, so a late edit can never be silently lost."""
         self.closed = True
-        for bucket in self._buckets.values():
-            bucket.close()
+        for document in self._documents.values():
+            document.close()
+        for document in self._unstored:
+            document.close()
 
     def scope(self, name: str) -> AgentState:
         """The bucket of a scope; `MissingIdError` if the turn lacks an id its key needs."""
@@ -127,8 +138,12 @@ class TurnState:
         planned = self._plan.scopes.get(name)
         if planned is not None:
             cls, key = planned
-            item = self._found.pop(key, None) if key is not None else None
-            bucket = self._buckets[name] = cls(key, item)
+            if key is None:
+                bucket = self._buckets[name] = cls(None, None)
+                self._unstored.append(document_of(bucket))
+                return bucket
+            bucket = self._buckets[name] = cls(key, self._found.pop(key, None))
+            self._documents[key] = document_of(bucket)
             return bucket
         missing = self._plan.missing.get(name)
         if missing is not None:

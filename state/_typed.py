@@ -9,27 +9,35 @@ bucket's `schema_version` run in order, each on the document without `"_schema"`
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from ._errors import StateValidationError, StateValueError
 
-if TYPE_CHECKING:
-    from ._bucket import AgentState
-
 SCHEMA_FIELD = "_schema"
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """What a typed bucket class declares: its name, model, schema version and migrations
+    (the class's own registry, which `AgentState.migration` fills)."""
+
+    name: str
+    model: type[BaseModel]
+    version: int | None
+    migrations: dict[int, Migration]
+
+
 def decode(
-    cls: type[AgentState], key: str | None, raw: dict[str, Any] | None
+    cls: Schema, key: str | None, raw: dict[str, Any] | None
 ) -> tuple[BaseModel, dict[str, Any]]:
     """Build the bucket's model from a stored document (None: a new one), migrating it first;
     also give the stored members the model does not declare, which are kept as they are."""
-    assert cls.model is not None
     document = {} if raw is None else upgrade(cls, key, raw)
     try:
         model = cls.model.model_validate(document)
@@ -47,18 +55,18 @@ def undeclared(model: type[BaseModel], document: dict[str, Any]) -> dict[str, An
     return {name: value for name, value in document.items() if name not in known}
 
 
-def encode(cls: type[AgentState], value: BaseModel, kept: dict[str, Any]) -> dict[str, Any]:
+def encode(cls: Schema, value: BaseModel, kept: dict[str, Any]) -> dict[str, Any]:
     """The JSON document to store for a model: `"_schema"` first when versioned, then the
     undeclared members `kept` from the stored document, then the model's fields."""
     try:
         document = value.model_dump(mode="json", by_alias=True, warnings=False)
     except PydanticSerializationError as exc:
-        raise StateValueError(f"{cls.__name__} holds a value that is not JSON: {exc}") from exc
+        raise StateValueError(f"{cls.name} holds a value that is not JSON: {exc}") from exc
     if kept:
         document = {**kept, **document}
-    if cls.schema_version is None:
+    if cls.version is None:
         return document
-    return {SCHEMA_FIELD: cls.schema_version, **document}
+    return {SCHEMA_FIELD: cls.version, **document}
 
 
 @lru_cache(maxsize=256)
@@ -74,9 +82,8 @@ def _declared_names(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(names)
 
 
-def check(cls: type[AgentState], key: str | None, document: dict[str, Any]) -> None:
+def check(cls: Schema, key: str | None, document: dict[str, Any]) -> None:
     """Validate a document about to be stored, so a bucket never writes what it cannot load."""
-    assert cls.model is not None
     data = {name: value for name, value in document.items() if name != SCHEMA_FIELD}
     try:
         cls.model.model_validate(data)
@@ -84,9 +91,9 @@ def check(cls: type[AgentState], key: str | None, document: dict[str, Any]) -> N
         raise validation_error(key, exc) from exc
 
 
-def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict[str, Any]:
+def upgrade(cls: Schema, key: str | None, raw: dict[str, Any]) -> dict[str, Any]:
     """Run the registered migrations from the document's schema version to the bucket's."""
-    target = cls.schema_version
+    target = cls.version
     if target is None:
         return raw
     document = dict(raw)
@@ -95,13 +102,13 @@ def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict
         raise StateValidationError(key, SCHEMA_FIELD, f"{version!r} is not a schema version")
     if version > target:
         raise StateValidationError(
-            key, SCHEMA_FIELD, f"version {version} is newer than {cls.__name__}'s {target}"
+            key, SCHEMA_FIELD, f"version {version} is newer than {cls.name}'s {target}"
         )
     for step in range(version, target):
-        migrate = cls._migrations.get(step)
+        migrate = cls.migrations.get(step)
         if migrate is None:
             raise StateValidationError(
-                key, SCHEMA_FIELD, f"{cls.__name__} has no migration from version {step}"
+                key, SCHEMA_FIELD, f"{cls.name} has no migration from version {step}"
             )
         try:
             document = migrate(document)
@@ -109,7 +116,7 @@ def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict
             raise StateValidationError(
                 key,
                 SCHEMA_FIELD,
-                f"{cls.__name__}'s migration from version {step} to {step + 1} raised {exc!r}",
+                f"{cls.name}'s migration from version {step} to {step + 1} raised {exc!r}",
             ) from exc
         if not isinstance(document, dict):
             raise StateValidationError(

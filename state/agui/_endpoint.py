@@ -186,7 +186,7 @@ class AGUIEndpoint(Generic[M]):
                 await agent_run.sync()
                 self.exposed.store(agent_run.state, turn.session)
                 messages = await turn.history.first(await turn.history.count())
-                given.sent.update({"format": FORMAT, "sent": agent_run.sent,
+                given.sent.value.update({"format": FORMAT, "sent": agent_run.sent,
                                    "last": messages[-1]["id"] if messages else None})  # fmt: skip
                 snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
                 result = turn.temp.get("result")

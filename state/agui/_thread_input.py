@@ -19,9 +19,10 @@ from typing import Any, Final, Generic
 from ag_ui.core import RunAgentInput
 
 from .._bucket import AgentState
+from .._document import Record
 from .._history import check_message
+from .._keys import thread_owner_key, thread_sent_key
 from .._turn_state import TurnState
-from ..backends import FormatError
 from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 from ._exposed import ExposedState, M
 from ._server_errors import RunInputError, ThreadOwnerError
@@ -31,12 +32,19 @@ CLIENT_ROLES: Final = frozenset({"user", "tool"})
 """Roles of the messages a client may add to the history (activity messages are dropped)."""
 
 
-class _Owner(AgentState):
-    scope = "agui_owner"
+class _Owner(Record):
+    kind = "agui_owner"
+    format = FORMAT
+    fields = {"user": str}
 
 
-class _Sent(AgentState):
-    scope = "agui_sent"
+class SentState(Record):
+    """`S/agui`: what the server last sent the thread (`sent`) and the id of the last message
+    of its history then (`last`); a client holding that message saw that state."""
+
+    kind = "agui_sent"
+    format = FORMAT
+    fields = {"sent": dict, "last": (str, type(None))}
 
 
 @dataclass(slots=True)
@@ -49,9 +57,8 @@ class ThreadInput(Generic[M]):
     """The exposed state as stored before the run."""
     messages: list[dict[str, Any]]
     """The client's messages the history does not hold yet, to append."""
-    sent: AgentState
-    """The `S/agui` document: what the server last sent (`sent`) and the id of the last
-    message of the history then (`last`); a client holding that message saw that state."""
+    sent: Record
+    """The thread's `S/agui` record (`SentState`), saved with the run's turn."""
 
 
 def _wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
@@ -66,8 +73,8 @@ async def read_input(
     thread, `RunInputError` for messages or state the client may not write. With `claim`, a
     thread without an owner becomes the turn's user's (saved with the turn)."""
     conversation, session = _key(turn.conversation), _key(turn.session)
-    owner, sent = await turn.fetch({f"{conversation}/agui-owner": _Owner,
-                                    f"{session}/agui": _Sent})  # fmt: skip
+    owner, sent = await turn.fetch({thread_owner_key(conversation): _Owner,
+                                    thread_sent_key(session): SentState})  # fmt: skip
     _check_owner(owner, str(turn.ids.user_id), claim=claim)
     sent_messages = _wire_messages(run_input)
     messages = await _new_messages(turn, sent_messages)
@@ -75,7 +82,7 @@ async def read_input(
     client = exposed.check_client(run_input.state)
     stored = exposed.load(turn.session)
     stored_view = exposed.view(stored)
-    last_sent = _stored(sent)
+    last_sent = sent.stored()
     if last_sent is None:
         base = stored_view  # the thread never sent state: edits are taken against the stored
     elif not known or last_sent["last"] is None or last_sent["last"] in known:
@@ -108,21 +115,13 @@ async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list
     return fresh
 
 
-def _check_owner(owner: AgentState, user: str, *, claim: bool) -> None:
-    stored = _stored(owner)
+def _check_owner(owner: Record, user: str, *, claim: bool) -> None:
+    stored = owner.stored()
     if stored is None:
         if claim:
-            owner["format"], owner["user"] = FORMAT, user
+            owner.value.update(format=FORMAT, user=user)
     elif stored["user"] != user:
         raise ThreadOwnerError("this thread belongs to another user")
-
-
-def _stored(document: AgentState) -> dict[str, Any] | None:
-    if not document:
-        return None
-    if document.get("format") != FORMAT:
-        raise FormatError(document.key or "", "is not an AG-UI thread document this version reads")
-    return document.data  # type: ignore[no-any-return]
 
 
 def _key(bucket: AgentState) -> str:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state._bucket import AgentState
+from agent_state._bucket import AgentState, document_of
 from agent_state._errors import ScopeError, StateConflictError, StateError, StateValueError
 from agent_state._ids import TurnIds
 from agent_state._paths import MISSING
@@ -32,11 +32,11 @@ def loaded(document: dict, etag: str = "1") -> UserState:
 def blind(bucket: AgentState) -> dict:
     """The live document without recording a read: these tests exercise the write-write
     rules, which hold whatever a turn read (the read rules have their own tests below)."""
-    return bucket._edited()
+    return document_of(bucket).edited()
 
 
 def snapshot(bucket: AgentState) -> dict:
-    return orjson.loads(orjson.dumps(bucket._document()))
+    return orjson.loads(orjson.dumps(document_of(bucket).document()))
 
 
 def canonical(value: object) -> bytes:
@@ -124,7 +124,7 @@ def test_non_json_values_slipped_in_place_fail_before_saving():
         bucket = loaded({"items": []})
         bucket["items"].append(sneaky)
         with pytest.raises(StateValueError):
-            bucket.pending_write()
+            document_of(bucket).pending_write()
 
 
 def test_non_str_keys_are_refused():
@@ -146,9 +146,13 @@ def test_attribute_typos_do_not_silently_vanish():
 
 def test_untouched_and_read_only_buckets_are_unchanged():
     bucket = loaded({"a": {"b": [1, 2]}, "z": 0})
-    assert not bucket.changed and bucket.changes() == [] and bucket.pending_write() is None
+    assert (
+        not bucket.changed
+        and bucket.changes() == []
+        and document_of(bucket).pending_write() is None
+    )
     assert bucket["a"]["b"][1] == 2 and bucket.get("z") == 0 and list(bucket) == ["a", "z"]
-    assert not bucket.changed and bucket.pending_write() is None
+    assert not bucket.changed and document_of(bucket).pending_write() is None
 
 
 def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison():
@@ -158,9 +162,9 @@ def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison
     bucket = UserState("c/users/u", StoreItem(orjson.loads(raw), "1", raw))
     assert bucket.get("name") == "Ada" and bucket["visits"] == 3 and "plan" not in bucket
     assert bucket.get("plan", []) == [] and bucket.get_path(("profile", "x")) is MISSING
-    assert not bucket.changed and bucket.pending_write() is None
+    assert not bucket.changed and document_of(bucket).pending_write() is None
     bucket.get("profile")["langs"].append("fr")  # a container handed out, edited in place
-    item = bucket.pending_write()
+    item = document_of(bucket).pending_write()
     assert item is not None and item.value["profile"] == {"langs": ["en", "fr"]}
 
 
@@ -168,7 +172,7 @@ def test_new_empty_bucket_is_unchanged_until_written_to():
     bucket = UserState("c/users/u")
     assert bucket.get("x") is None and not bucket.changed
     bucket["x"] = 1
-    item = bucket.pending_write()
+    item = document_of(bucket).pending_write()
     assert item is not None and item.value == {"x": 1} and item.etag is None
 
 
@@ -221,31 +225,31 @@ def test_document_is_a_fresh_copy():
 def test_mark_saved_moves_the_baseline_and_etag():
     bucket = loaded({"n": 1}, etag="7")
     bucket["n"] = 2
-    item = bucket.pending_write()
+    item = document_of(bucket).pending_write()
     assert item is not None and item.etag == "7"
-    bucket.mark_saved("8")
+    document_of(bucket).mark_saved("8")
     assert bucket.etag == "8" and not bucket.changed and bucket.changes() == []
     bucket["n"] = 3
     assert bucket.changes() == [{"op": "replace", "path": "/n", "value": 3}]
-    assert bucket.pending_write().etag == "8"  # type: ignore[union-attr]
+    assert document_of(bucket).pending_write().etag == "8"  # type: ignore[union-attr]
 
 
 def test_mark_saved_needs_a_pending_write():
     with pytest.raises(StateError):
-        loaded({}).mark_saved("2")
+        document_of(loaded({})).mark_saved("2")
 
 
 def test_load_starts_over():
     bucket = loaded({"n": 1})
     bucket["n"] = 2
-    bucket.load(StoreItem({"n": 5}, "9"))
+    document_of(bucket).load(StoreItem({"n": 5}, "9"))
     assert bucket["n"] == 5 and bucket.etag == "9" and not bucket.changed
 
 
 def test_rebase_merges_disjoint_changes():
     bucket = loaded({"plan": "free", "credits": 0, "tags": ["a"]}, etag="1")
     bucket["plan"] = "pro"
-    bucket.rebase(StoreItem({"plan": "free", "credits": 10, "tags": ["a"]}, "2"))
+    document_of(bucket).rebase(StoreItem({"plan": "free", "credits": 10, "tags": ["a"]}, "2"))
     assert dict(bucket) == {"plan": "pro", "credits": 10, "tags": ["a"]}
     assert bucket.etag == "2" and bucket.changes() == [
         {"op": "replace", "path": "/plan", "value": "pro"}
@@ -258,8 +262,8 @@ def test_rebase_skips_a_change_both_made(edit):
     edit(blind(bucket))
     theirs = snapshot(bucket)
     theirs["n"] = 2
-    bucket.rebase(StoreItem(theirs, "2"))
-    assert bucket.pending_write() is None and bucket.etag == "2" and bucket["n"] == 2
+    document_of(bucket).rebase(StoreItem(theirs, "2"))
+    assert document_of(bucket).pending_write() is None and bucket.etag == "2" and bucket["n"] == 2
 
 
 @pytest.mark.parametrize(
@@ -277,7 +281,7 @@ def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
     ours(blind(bucket))
     before = snapshot(bucket)
     with pytest.raises(StateConflictError) as info:
-        bucket.rebase(StoreItem(theirs, "2"))
+        document_of(bucket).rebase(StoreItem(theirs, "2"))
     assert info.value.paths == [path] and info.value.scopes == ["user"]
     assert snapshot(bucket) == before and bucket.etag == "1"
 
@@ -302,7 +306,7 @@ def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
     ours(blind(bucket))
     before = snapshot(bucket)
     with pytest.raises(StateConflictError) as info:
-        bucket.rebase(StoreItem(theirs, "2"))
+        document_of(bucket).rebase(StoreItem(theirs, "2"))
     assert info.value.paths == [path]
     assert snapshot(bucket) == before and bucket.etag == "1"
 
@@ -310,7 +314,7 @@ def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
 def test_rebase_keeps_a_rename_apart_from_their_changes():
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     _rename_draft(blind(bucket))
-    bucket.rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
+    document_of(bucket).rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
     assert dict(bucket) == {"n": 2, "final": {"t": "old"}}
 
 
@@ -332,7 +336,9 @@ def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
     read(bucket)
     bucket["plan"] = "pro"
     with pytest.raises(StateConflictError) as info:
-        bucket.rebase(StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 2}}, "2"))
+        document_of(bucket).rebase(
+            StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 2}}, "2")
+        )
     assert path in info.value.paths and not info.value.retryable
     assert bucket["plan"] == "pro" and bucket.etag == "1"
 
@@ -341,7 +347,9 @@ def test_rebase_merges_when_what_this_turn_read_is_untouched():
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     assert bucket.get("plan") == "free" and bucket.get_path(("limits", "weekly")) is not None
     bucket["plan"] = "pro"
-    bucket.rebase(StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 1}}, "2"))
+    document_of(bucket).rebase(
+        StoreItem({"plan": "free", "credits": 10, "limits": {"daily": 1}}, "2")
+    )
     assert dict(bucket) == {"plan": "pro", "credits": 10, "limits": {"daily": 1}}
 
 
@@ -350,12 +358,12 @@ def test_two_increments_never_merge_into_one():
     first["n"] = first["n"] + 1
     second["n"] = second["n"] + 1
     with pytest.raises(StateConflictError):
-        second.rebase(StoreItem(first.document(), "2"))
+        document_of(second).rebase(StoreItem(first.document(), "2"))
 
 
 def test_rebase_of_an_untouched_bucket_just_loads():
     bucket = loaded({"a": 1})
-    bucket.rebase(StoreItem({"a": 2}, "5"))
+    document_of(bucket).rebase(StoreItem({"a": 2}, "5"))
     assert bucket["a"] == 2 and bucket.etag == "5"
 
 
@@ -423,6 +431,6 @@ def test_changes_replay_random_in_place_edits(start, edits):
     assert json_equal(apply_patch(start, patch), now)
     assert json_equal(jsonpatch.apply_patch(start, patch), now)
     if canonical(now) != canonical(start):
-        assert bucket.changed and bucket.pending_write() is not None
+        assert bucket.changed and document_of(bucket).pending_write() is not None
     if not bucket.changed:
         assert patch == []

@@ -123,7 +123,7 @@ async def test_a_history_of_another_format_is_refused_and_kept(storage: Storage)
     current = {"format": 1, "page_size": 32, "count": 40, "tail": [message("t")] * 8}
     await storage.write({HEAD: StoreItem(current, stored[HEAD].etag)})
     async with open_turn(storage, IDS) as state:
-        with pytest.raises(FormatError, match="history format 0"):  # an older page
+        with pytest.raises(FormatError, match="history_page format 0"):  # an older page
             await state.history.last(10)
 
 

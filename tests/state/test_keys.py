@@ -8,6 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent_state import (
+    AgentApplication,
+    TurnContext,
+    TurnIds,
+    TurnState,
+    accept_run,
+    literal,
+    open_run,
+    write_group,
+)
 from agent_state._keys import (
     ParsedKey,
     app_key,
@@ -15,9 +25,12 @@ from agent_state._keys import (
     escape_segment,
     parse_key,
     session_key,
+    thread_owner_key,
+    thread_sent_key,
     unescape_segment,
     user_key,
 )
+from agent_state.backends import MemoryStorage, StoreItem
 from agent_state.backends._errors import InvalidKeyError
 from agent_state.backends._keys import check_key
 
@@ -139,3 +152,76 @@ def test_check_key_remembers_only_valid_keys():
     assert check_key(Key("a/b")) == "a/b"  # a str subclass is checked like a str
     with pytest.raises(InvalidKeyError):
         check_key(Key("a/../b"))
+
+
+def write_group_of(parsed: ParsedKey, key: str) -> str:
+    """The write group the module docstring's table gives a parsed key."""
+    if parsed.conversation is not None:
+        return conversation_key(
+            parsed.channel or "", parsed.conversation, namespace=parsed.namespace
+        )
+    return key
+
+
+async def test_parse_key_reads_every_key_the_library_writes() -> None:
+    """A bot turn with an activity id and history, a run, an AG-UI-style thread: every key
+    in the store parses, to the kind of document it is, and sits in the table's write group."""
+    storage = MemoryStorage()
+    app = AgentApplication(storage, app_name="bot", namespace="ns")
+
+    @app.activity("message")
+    async def on_message(ctx: TurnContext, state: TurnState) -> None:
+        state["user:n"] = state.get("user.n", 0) + 1
+        if state.ids.conversation_id is not None:
+            state["conversation:n"] = 1
+            await state.history.append(*({"id": f"m/{i}", "role": "user"} for i in range(40)))
+
+    for channel_only in (False, True):  # a record under the conversation, under the user
+        await app.process(
+            {"type": "message", "id": "a/1", "channelId": "ch", "from": {"id": "u"}}
+            | ({} if channel_only else {"conversation": {"id": "c"}})
+        )
+    ids = TurnIds(channel_id="ch", user_id="u", conversation_id="c", namespace="ns")
+    run = await accept_run(storage, ids, "r/1", {"q": 1}, history=literal([]))
+    async with open_run(storage, run):
+        pass
+    session = session_key("ch", "c", "u", namespace="ns")
+    conversation = conversation_key("ch", "c", namespace="ns")
+    await storage.write({thread_owner_key(conversation): StoreItem({"format": 1, "user": "u"}),
+                         thread_sent_key(session): StoreItem({"format": 1})})  # fmt: skip
+    kinds = {}
+    async for key in storage.list(""):
+        parsed = parse_key(key, namespace="ns")
+        kinds[key] = (parsed.scope, parsed.kind, parsed.record)
+        assert write_group(key) == write_group_of(parsed, key)
+    app = app_key("bot", namespace="ns")  # the one scope this bot did not write
+    assert write_group(app) == write_group_of(parse_key(app, namespace="ns"), app) == app
+    assert kinds == {
+        user_key("ch", "u", namespace="ns"): ("user", "state", None),
+        conversation: ("conversation", "state", None),
+        f"{conversation}/activities/a%2F1": ("conversation", "activity", "a/1"),
+        "ns/ch/users/u/activities/a%2F1": ("user", "activity", "a/1"),
+        f"{session}/history": ("session", "history", None),
+        f"{session}/history/pages/0": ("session", "history_page", "0"),
+        f"{session}/runs/r%2F1": ("session", "run", "r/1"),
+        thread_owner_key(conversation): ("conversation", "agui_owner", None),
+        thread_sent_key(session): ("session", "agui_sent", None),
+        **{f"{session}/history/ids/m%2F{i}": ("session", "history_index", f"m/{i}")
+           for i in range(40)},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "ch/users/u/history",  # a history belongs to a session
+        "ch/conversations/c/users/u/activities/a",
+        "ch/conversations/c/users/u/history/pages/01",  # not a canonical page number
+        "ch/conversations/c/users/u/runs",
+        "ch/conversations/c/agui/x",
+        "ch/activities",
+    ],
+)
+def test_parse_key_refuses_what_no_builder_makes(key: str) -> None:
+    with pytest.raises(InvalidKeyError):
+        parse_key(key)

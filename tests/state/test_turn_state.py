@@ -18,7 +18,7 @@ from agent_state._errors import (
 from agent_state._ids import TurnIds
 from agent_state._keys import app_key, conversation_key, escape_segment, session_key, user_key
 from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import Scopes
+from agent_state._plan import TURN_STATE_NAMES, Scopes
 from agent_state._scopes import (
     BUILTIN_SCOPES,
     AppState,
@@ -56,7 +56,7 @@ async def turn(storage, ids=IDS, custom=()) -> TurnState:
 
 
 async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
-    await save_merging(storage, state.stored_buckets(), retries=retries)
+    await save_merging(storage, state.stored_documents(), retries=retries)
 
 
 def test_builtin_keys_follow_the_design():
@@ -520,3 +520,8 @@ async def test_merging_is_bounded_by_retries():
     for bad in (-1, 1.5, None):
         with pytest.raises(ValueError):
             await save(storage, state, retries=bad)  # type: ignore[arg-type]
+
+
+def test_the_plan_reserves_every_public_name_of_turn_state() -> None:
+    public = {name for name in dir(TurnState) if not name.startswith("_")}
+    assert TURN_STATE_NAMES == public

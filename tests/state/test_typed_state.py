@@ -6,6 +6,7 @@ import jsonpatch
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_state._bucket import document_of
 from agent_state._errors import (
     StateConflictError,
     StatePathError,
@@ -64,7 +65,7 @@ def typed(document: dict | None, etag: str = "1") -> ProfileState:
 def test_data_is_the_model_and_a_new_document_gets_defaults():
     bucket = typed(None)
     assert isinstance(bucket.data, Profile) and bucket.data == Profile()
-    assert not bucket.changed and bucket.pending_write() is None
+    assert not bucket.changed and document_of(bucket).pending_write() is None
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ def test_in_place_model_edits_are_saved_as_a_patch(edit):
     patch = bucket.changes()
     assert patch and jsonpatch.apply_patch(base, patch) == bucket.document()
     assert apply_patch(base, patch) == bucket.document()
-    item = bucket.pending_write()
+    item = document_of(bucket).pending_write()
     assert item is not None and item.value[SCHEMA_FIELD] == 2 and item.etag == "1"
     assert Profile.model_validate({k: v for k, v in item.value.items() if k != SCHEMA_FIELD}) == (
         bucket.data
@@ -110,7 +111,7 @@ def test_old_documents_are_migrated_on_load_and_upgraded_when_saved():
     assert bucket.data.name == "Ada Lovelace" and bucket.data.visits == 4
     assert not bucket.changed  # reading an old document does not write it
     bucket.data.visits += 1
-    item = bucket.pending_write()
+    item = document_of(bucket).pending_write()
     assert item is not None and item.value[SCHEMA_FIELD] == 2 and "full_name" not in item.value
 
 
@@ -193,7 +194,7 @@ def test_invalid_edits_fail_before_anything_is_written():
     bucket = typed(None)
     bucket.data.visits = "lots"  # type: ignore[assignment]  # no validate_assignment
     with pytest.raises(StateValidationError) as info:
-        bucket.pending_write()
+        document_of(bucket).pending_write()
     assert info.value.field == "visits" and info.value.key == KEY
 
 
@@ -207,7 +208,7 @@ def test_non_json_model_values_fail_before_saving():
     bucket = LooseState(KEY)
     bucket.data.anything = object()
     with pytest.raises(StateValueError):
-        bucket.pending_write()
+        document_of(bucket).pending_write()
 
 
 def test_validate_assignment_errors_name_the_key_and_field():
@@ -226,7 +227,7 @@ def test_data_setter_takes_a_model_instance():
 
 
 async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
-    await save_merging(storage, state.stored_buckets(), retries=retries)
+    await save_merging(storage, state.stored_documents(), retries=retries)
 
 
 async def test_typed_bucket_in_a_turn_round_trips(storage):
@@ -262,7 +263,7 @@ def test_setting_a_field_the_model_lacks_is_a_path_error():
     ):
         with pytest.raises(StatePathError, match="no field"):
             set_it()
-    assert state.user.pending_write() is None
+    assert document_of(state.user).pending_write() is None
 
 
 def test_a_model_that_allows_extra_fields_takes_new_ones():
@@ -275,7 +276,7 @@ def test_a_model_that_allows_extra_fields_takes_new_ones():
 
     bucket = OpenState(KEY)
     bucket["nickname"] = "Ada"
-    assert bucket["nickname"] == "Ada" and bucket.pending_write().value == {  # type: ignore[union-attr]
+    assert bucket["nickname"] == "Ada" and document_of(bucket).pending_write().value == {  # type: ignore[union-attr]
         "name": "",
         "nickname": "Ada",
     }

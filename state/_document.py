@@ -1,0 +1,312 @@
+"""A stored JSON document of one turn: what the lifecycle loads, saves and rebases.
+
+A `Document` owns the value it was loaded with (storage reads are the caller's own copies).
+Before it first hands out anything it records a baseline: the stored JSON bytes when the
+storage gives them, else one serialization. Unless it was edited or lent a container (which
+may have been edited in place), it is known unchanged without serializing it; otherwise one
+serialization and a bytes comparison decide, and those bytes are what gets written. The
+RFC 6902 patch against the baseline is only computed when asked for or when rebasing after
+a conflict.
+
+Two kinds sit on it: the user's buckets (`AgentState` holds one underneath and records the
+paths it reads, for rebasing) and the framework's own `Record`s (delivery evidence, history,
+runs, AG-UI thread documents), plain JSON objects with one format check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar
+
+import orjson
+
+from ._errors import (
+    StateClosedError,
+    StateConflictError,
+    StateError,
+    StatePathError,
+    StateValueError,
+)
+from ._paths import MISSING, get_in
+from .backends import FormatError, StoreItem
+from .backends._json import DUMP_OPTIONS, JsonRuleError, check_encoded, encode_json
+from .jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
+
+
+class Document:
+    """One stored JSON document of a turn: its live value, version (`etag`), baseline bytes,
+    the write it needs (`pending_write`), `mark_saved`, `rebase` and `close`.
+
+    What a kind of document is, its class says (each bucket class has its own, see
+    `AgentState`): `kind` names it in errors (a bucket's scope, a record's kind), `ttl` is
+    how long a saved one lives, `last_writer_wins` lets a save overwrite a newer version.
+    `reads` holds the paths the turn read (`read_all`: everything), `exposed` whether
+    anything was edited or lent.
+    """
+
+    kind: ClassVar[str] = "document"
+    ttl: ClassVar[float | None] = None
+    last_writer_wins: ClassVar[bool] = False
+
+    __slots__ = (
+        "key", "etag", "closed", "reads", "read_all", "exposed",
+        "_loaded", "_stored", "_value", "_base", "_pending",
+    )  # fmt: skip
+    key: str | None
+    etag: str | None
+    reads: set[tuple[str, ...]]
+    _loaded: dict[str, Any] | None
+    _stored: bytes | None
+    _value: Any
+    _base: bytes | None
+    _pending: bytes | None
+
+    def __init__(self, key: str | None, item: StoreItem | None) -> None:
+        self.key = key
+        self.closed = self.read_all = self.exposed = False
+        self.reads = set()
+        self._value = self._base = self._pending = None
+        if item is None:  # `load(item)`, inline: every bucket of every turn starts here
+            self._loaded = self._stored = self.etag = None
+        else:
+            self._loaded, self._stored, self.etag = item.value, item.data, item.etag
+
+    def load(self, item: StoreItem | None) -> None:
+        """Start over from a stored version (None: not stored yet), dropping unsaved edits.
+
+        The document takes ownership of `item.value`: it is the live value from now on.
+        """
+        self._loaded = item.value if item is not None else None
+        self._stored = item.data if item is not None else None
+        self.etag = item.etag if item is not None else None
+        self._value = self._base = self._pending = None
+        self.reads = set()
+        self.read_all = self.exposed = False
+
+    def root(self) -> Any:
+        """The live value, its baseline recorded first: everything handed out comes from here,
+        so no edit can happen before the baseline exists, and none after `close`."""
+        if self.closed:
+            raise StateClosedError(self.kind)
+        if self._value is None:  # untyped: the loaded dict is the live value
+            loaded, stored = self._loaded, self._stored
+            self._value = value = loaded if loaded is not None else {}
+            self._base = stored if stored is not None else self.dump(value)
+            self._loaded = self._stored = None
+        return self._value
+
+    def edited(self) -> Any:
+        """`root()` for an edit: the document may differ from its baseline from now on."""
+        root = self.root()
+        self.exposed = True
+        return root
+
+    def replace(self, value: Any) -> None:
+        """Make `value` (checked by the caller) the live value."""
+        self.edited()
+        self._value = value
+
+    def close(self) -> None:
+        """End the document's turn: every later use raises `StateClosedError`."""
+        self.closed = True
+
+    def was_read(self) -> bool:
+        """Whether the turn read anything of it (a save then checks it is still unchanged)."""
+        return self.read_all or bool(self.reads)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the document differs from what was loaded (or last saved)."""
+        if self._base is None or not self.exposed:
+            return False
+        return self.dump(self.document()) != self._base
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
+        if self._base is None:
+            return []
+        self.read_all = True
+        return make_patch(orjson.loads(self._base), self.document())
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document as it would be stored now (the live value itself when it is one)."""
+        document: dict[str, Any] = self._value
+        return document
+
+    def pending_write(self) -> StoreItem | None:
+        """The write this document needs (value, its bytes, precondition), or None when unchanged.
+
+        Its value is the live document: hand it to `Storage.write` and do not edit it until the
+        write returns. Raises `StateValueError` / `StateValidationError` for a document that
+        cannot be stored, before anything is written.
+        """
+        if self._base is None or not self.exposed:
+            return None
+        document = self.document()
+        dumped = self.dump(document)
+        if dumped == self._base:
+            return None
+        self._check(document, dumped)
+        self._pending = dumped
+        return StoreItem(document, self.etag, dumped, ttl=self.ttl)
+
+    def mark_saved(self, etag: str) -> None:
+        """Record that the last `pending_write()` was stored as version `etag`."""
+        if self._pending is None:
+            raise StateError("mark_saved() needs a pending_write() first")
+        self._base, self.etag, self._pending = self._pending, etag, None
+
+    def rebase(self, newer: StoreItem | None) -> None:
+        """Replay this document's changes onto a newer stored version, after a write conflict.
+
+        Allowed only when that gives what running this turn after the other writer would:
+        the newer version changed nothing this turn read (`reads`, or everything when
+        `read_all`) or wrote. Else `StateConflictError` names the paths and the document is
+        left as it was. A blind write the newer version already made is dropped. A stored
+        document deleted since (`newer` None) is a conflict too, never recreated.
+        """
+        if self._base is None:
+            self.load(newer)
+            return
+        if self.last_writer_wins:  # keep this document, written over the newer version
+            self.etag = newer.etag if newer is not None else None
+            return
+        if newer is None and self.etag is not None:
+            raise self._conflict(message=f"{self.kind} state was deleted")
+        base = orjson.loads(self._base)
+        fresh = self._like(newer)
+        fresh.root()
+        theirs = fresh.document()
+        reads = None if self.read_all else self.reads
+        patch, clashes = rebase_patch(
+            base, make_patch(base, self.document()), make_patch(base, theirs), reads=reads
+        )
+        if clashes:
+            raise self._conflict(paths=clashes)
+        try:
+            merged = apply_patch(theirs, patch)
+        except PatchConflictError as exc:
+            raise self._conflict(message=f"cannot rebase: {exc}") from exc
+        self._adopt(merged)
+        self._loaded = self._stored = self._pending = None
+        self.etag, self._base = fresh.etag, fresh._base
+
+    def dump(self, document: dict[str, Any]) -> bytes:
+        """`document` as the JSON bytes stored; `StateValueError` naming what is not JSON."""
+        try:
+            return orjson.dumps(document, option=DUMP_OPTIONS)
+        except TypeError:
+            try:
+                encode_json(document)  # names the place and the reason
+            except JsonRuleError as exc:
+                raise StateValueError(f"state for key {self.key!r} is not JSON: {exc}") from None
+            raise
+
+    def _adopt(self, merged: dict[str, Any]) -> None:
+        """Make a rebased document the live value."""
+        self._value = merged
+
+    def _like(self, item: StoreItem | None) -> Document:
+        """A document of the same kind loaded from `item` (what another writer stored)."""
+        return type(self)(self.key, item)
+
+    def _check(self, document: dict[str, Any], dumped: bytes) -> None:
+        """Check what in-place edits may have changed before it is written: a NaN or tuple
+        must not go out as null or a list. Assigned values were checked when set; in place,
+        only a container that was handed out (found again by the read path that handed it
+        out) can have been edited, or anything when the whole document was (`read_all`)."""
+        try:
+            if self.read_all:
+                check_encoded(document, dumped)
+                return
+            for parts in self.reads:
+                if isinstance(value := _lent_value(document, parts), (dict, list)):
+                    encode_json(value)
+        except JsonRuleError as exc:
+            raise StateValueError(f"state for key {self.key!r} is not JSON: {exc}") from None
+
+    def _conflict(
+        self, *, paths: Iterable[str] = (), message: str | None = None
+    ) -> StateConflictError:
+        return StateConflictError(
+            [self.key or ""], scopes=[self.kind], paths=paths, message=message, retryable=False
+        )
+
+
+def _lent_value(document: dict[str, Any], parts: tuple[str, ...]) -> Any:
+    """What a read path leads to now (MISSING when it no longer leads anywhere)."""
+    try:
+        return get_in(document, parts)
+    except StatePathError:
+        return MISSING
+
+
+Field: TypeAlias = type | tuple[type, ...]
+
+
+class Record(Document):
+    """A framework document beside the user's buckets (no scope): a JSON object whose members
+    the framework reads and writes through `value`; any use of it counts as reading all of it.
+
+    Each kind of record declares its `kind`, its `format` (the `"format"` member every stored
+    record holds; None: the kind has none), the members every stored one has and their types
+    (`fields`) and the values some may take (`choices`); `stored()` checks them.
+    """
+
+    __slots__ = ()
+    format: ClassVar[int | None] = 1
+    fields: ClassVar[Mapping[str, Field]] = {}
+    choices: ClassVar[Mapping[str, frozenset[Any]]] = {}
+
+    @property
+    def value(self) -> dict[str, Any]:
+        """The live JSON object (empty when there is no record yet); edits to it are saved."""
+        value: dict[str, Any] = self.edited()
+        self.read_all = True
+        return value
+
+    def stored(self) -> dict[str, Any] | None:
+        """The record's value, None when there is none yet; `FormatError` for a stored
+        document that is not a record of this kind and format, never rewritten."""
+        value = self.value
+        if not value:
+            return None
+        reason = _misfit(type(self), value)
+        if reason is not None:
+            raise FormatError(self.key or "", reason)
+        return value
+
+
+def _misfit(kind: type[Record], value: dict[str, Any]) -> str | None:
+    """Why `value` is not a stored record of `kind` (what `FormatError` says after the key),
+    or None when it is one."""
+    if kind.format is not None and value.get("format") != kind.format:
+        return (f"has {kind.kind} format {value.get('format')!r:.40}; this reader knows format "
+                f"{kind.format} only")  # fmt: skip
+    for name, types in kind.fields.items():
+        member = value.get(name, MISSING)
+        if not isinstance(member, types) or (isinstance(member, bool) and bool is not types):
+            return (f"is not a {kind.kind} record: member {name!r} is {type(member).__name__}, "
+                    f"expected {_names(types)}")  # fmt: skip
+    for name, allowed in kind.choices.items():
+        if value.get(name) not in allowed:
+            return (f"is not a {kind.kind} record: member {name!r} is {value.get(name)!r:.40}, "
+                    f"expected one of {sorted(allowed)}")  # fmt: skip
+    return None
+
+
+def _names(types: Field) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+
+
+R = TypeVar("R", bound=Record)
+
+
+class Records(Protocol):
+    """Where a turn's records come from (`TurnState`): read with the turn, saved with it."""
+
+    def attach(self, cls: type[R], key: str) -> R:
+        """The record at `key`, from the turn's reads (empty when not stored)."""
+
+    async def fetch(self, records: Mapping[str, type[R]]) -> list[R]:
+        """The records at these keys, those not yet loaded read in one more read."""
