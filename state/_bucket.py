@@ -78,6 +78,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         "_reads",
         "_read_all",
         "_exposed",
+        "_migrated",
     )
     _key: str | None
     _etag: str | None
@@ -91,6 +92,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
     _reads: set[tuple[str, ...]]
     _read_all: bool
     _exposed: bool
+    _migrated: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -280,7 +282,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._value = self._base = self._pending = None
         self._kept = {}
         self._reads = set()
-        self._read_all = self._exposed = False
+        self._read_all = self._exposed = self._migrated = False
 
     def pending_write(self) -> StoreItem | None:
         """The write this bucket needs (document, its bytes, precondition), or None when unchanged.
@@ -302,11 +304,22 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         self._pending = dumped
         return StoreItem(document, self._etag, dumped, ttl=self.ttl)
 
+    def upgrade_write(self) -> StoreItem | None:
+        """The write storing this bucket's document at its model's schema version, when the
+        stored one was older (migrated on load) and is unchanged; else None. A turn's save
+        adds it to a write it makes anyway (`save_buckets`), never a write of its own."""
+        if not self._migrated:
+            return None
+        document = self._document()
+        self._pending = self._dump(document)
+        return StoreItem(document, self._etag, self._pending, ttl=self.ttl)
+
     def mark_saved(self, etag: str) -> None:
-        """Record that the last `pending_write()` was stored as version `etag`."""
+        """Record that the last `pending_write()` (or `upgrade_write()`) was stored as `etag`."""
         if self._pending is None:
             raise StateError("mark_saved() needs a pending_write() first")
         self._base, self._etag, self._pending = self._pending, etag, None
+        self._migrated = False
 
     def rebase(self, newer: StoreItem | None) -> None:
         """Replay this bucket's changes onto a newer stored version, after a write conflict.
@@ -357,7 +370,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
         else:
             self._value, self._kept = typed.decode(type(self), self._key, merged)
         self._loaded = self._stored = self._pending = None
-        self._etag, self._base = fresh._etag, fresh._base
+        self._etag, self._base, self._migrated = fresh._etag, fresh._base, fresh._migrated
 
     def _check_lent(self, document: dict[str, Any], dumped: bytes) -> None:
         """Check what in-place edits may have changed: a NaN or tuple must not go out as null
@@ -391,6 +404,7 @@ class AgentState(MutableMapping[str, Any], metaclass=_Slotted):
             else:
                 self._value, self._kept = typed.decode(type(self), self._key, loaded)
                 self._base = self._dump(self._document())
+                self._migrated = loaded is not None and typed.outdated(type(self), loaded)
             self._loaded = self._stored = None
         return self._value
 

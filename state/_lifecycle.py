@@ -51,7 +51,8 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
     """Write the changed buckets in one conditional batch; none when nothing changed.
 
     The buckets the turn only read go with it as read checks (`Storage.write(unchanged=)`),
-    so a save never rests on a value another writer changed meanwhile. The batch is
+    so a save never rests on a value another writer changed meanwhile; one the turn read at an
+    older schema version (migrated on load) is written migrated instead. The batch is
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
     the scopes, and every bucket keeps its changes for a retry.
     """
@@ -67,6 +68,11 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
             read[bucket.key] = bucket
     if not pending:
         return
+    for key, bucket in list(read.items()):  # a document migrated on load goes along, migrated
+        upgrade = bucket.upgrade_write()
+        if upgrade is not None:
+            pending[key] = (bucket, upgrade)
+            del read[key]
     unchanged = {key: bucket.etag for key, bucket in read.items()} or None
     try:
         etags = await storage.write(

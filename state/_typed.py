@@ -3,7 +3,9 @@
 A bucket with `schema_version` stores it in the reserved member `"_schema"` of its document
 (pydantic fields cannot start with `_`, so it never clashes with one). A stored document
 without it is version 1. On load, the migrations registered from its version up to the
-bucket's `schema_version` run in order, each on the document without `"_schema"`.
+bucket's `schema_version` run in order, each on the document without `"_schema"`. The
+migrated document is stored with the next write of the turn that read it (see
+`AgentState.upgrade_write`); a turn that writes nothing leaves it at its old version.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def check(cls: type[AgentState], key: str | None, document: dict[str, Any]) -> N
         cls.model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(key, exc) from exc
+
+
+def outdated(cls: type[AgentState], raw: dict[str, Any]) -> bool:
+    """Whether a stored document is at an older schema version than the bucket's (so loading
+    it migrated it)."""
+    return cls.schema_version is not None and raw.get(SCHEMA_FIELD, 1) != cls.schema_version
 
 
 def upgrade(cls: type[AgentState], key: str | None, raw: dict[str, Any]) -> dict[str, Any]:
