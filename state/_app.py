@@ -23,7 +23,7 @@ from ._delivery import (
     CLAIM_LEASE_SECONDS,
     RETENTION_SECONDS,
     DeliveryRecord,
-    claim,
+    claim_activity,
     recorded_replies,
     remember,
 )
@@ -227,7 +227,7 @@ class AgentApplication:
                 if not route.rerun or route.claim:
                     state.forbid_rerun()
                 if route.claim and record is not None:
-                    await claim(self.storage, record, ctx.activity, self.claim_lease)
+                    await claim_activity(self.storage, record, ctx.activity, self.claim_lease)
                     claimed = True
                 await route.handler(ctx, state)
                 break

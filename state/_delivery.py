@@ -89,7 +89,9 @@ def recorded_replies(record: AgentState, activity: Activity) -> list[Activity] |
     return [Activity.of(reply) for reply in record.get("replies", [])]
 
 
-async def claim(storage: Storage, record: AgentState, activity: Activity, lease: float) -> None:
+async def claim_activity(
+    storage: Storage, record: AgentState, activity: Activity, lease: float
+) -> None:
     """Create `record` (found absent by the turn's read) as a claim of `activity` living
     `lease` seconds, and start the record from it, so the turn's save replaces this very
     claim; `ActivityClaimedError` when another delivery created the record first. The claim
