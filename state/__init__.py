@@ -17,7 +17,7 @@ from ._background import (
 )
 from ._bucket import AgentState
 from ._context import TurnContext
-from ._delivery import ActivityConflictError
+from ._delivery import ActivityClaimedError, ActivityConflictError
 from ._errors import (
     MissingIdError,
     ScopeError,
@@ -61,6 +61,7 @@ from ._turn_state import TurnState
 
 __all__ = [
     "Activity",
+    "ActivityClaimedError",
     "ActivityConflictError",
     "ActivityError",
     "AgentApplication",

@@ -120,3 +120,28 @@ async def test_agui_server_app_runs_in_process_and_keeps_client_edits(tmp_path, 
         with pytest.raises(RunRefusedError) as refused:
             await anonymous.run(run(3, "next", {}))
     assert refused.value.status_code == 401
+
+
+async def test_a_state_mirror_follows_the_agui_server_and_a_refusal_raises(tmp_path, monkeypatch):
+    """The docs' StateMirror against the example server: an answer that is no event stream
+    (401 without a user) raises `RunRefusedError` instead of leaving the mirror empty."""
+    import runpy
+
+    import httpx
+    import pytest
+
+    from agent_state.agui import AGUIClient, RunRefusedError, StateMirror
+
+    monkeypatch.setenv("AGENT_STATE_AGUI_DIR", str(tmp_path / "state"))
+    app = runpy.run_path(str(EXAMPLES / "agui_server.py"), run_name="agui_server")["app"]
+    transport = httpx.ASGITransport(app)
+    ask = {"id": "m1", "role": "user", "content": "notes, tag"}
+    mirror = StateMirror(thread_id="release", messages=[ask])
+    async with AGUIClient("http://test/", transport=transport) as anonymous:
+        with pytest.raises(RunRefusedError) as refused:
+            await mirror.arun(anonymous)
+    assert refused.value.status_code == 401 and mirror.state is None
+    async with AGUIClient("http://test/", headers={"X-User": "ada"}, transport=transport) as ada:
+        await mirror.arun(ada)
+    assert [step["title"] for step in mirror.state["steps"]] == ["notes", "tag"]
+    assert mirror.messages[-1]["content"] == "0/2 done; now working on 'notes'."

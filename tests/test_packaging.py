@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PUBLIC_MODULES = {
     "agent_state": [
-        "Activity", "ActivityConflictError", "ActivityError", "AgentApplication", "AgentState",
+        "Activity", "ActivityClaimedError",
+        "ActivityConflictError", "ActivityError", "AgentApplication", "AgentState",
         "AppState", "ChannelAccount", "ConversationAccount", "ConversationState", "History",
         "HistoryError", "MissingIdError", "ParsedKey", "Run", "RunConflictError", "RunStateError",
         "ScopeError", "Scopes", "Selection", "SessionState", "StateClosedError",

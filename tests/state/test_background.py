@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
+from agent_state import open_storage
 from agent_state._background import (
     edit_state,
     list_conversations,
@@ -18,8 +20,9 @@ from agent_state._errors import MissingIdError, StateConflictError
 from agent_state._ids import TurnIds
 from agent_state._keys import app_key, conversation_key, session_key, user_key
 from agent_state._scopes import AppState, ConversationState, SessionState, UserState
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state.backends import MemoryStorage, Storage, StoreItem
 from tests.state.conftest import CountingStorage
+from tests.stores import STORES
 
 ADA = TurnIds(channel_id="msteams", user_id="29:ada")
 KEY = user_key("msteams", "29:ada")
@@ -230,3 +233,26 @@ async def test_two_concurrent_open_state_increments_never_store_one(storage):
             first["visits"] = first["visits"] + 1
     assert "/visits" in info.value.paths
     assert await storage.stored(KEY) == {"visits": 6}  # one increment stored, one refused
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Storage]:
+    storage = open_storage(STORES[request.param](str(tmp_path)))
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "file", "redis"], indirect=True)
+async def test_twenty_concurrent_edits_all_land(store: Storage) -> None:
+    """Background edits re-run like turns: contention never fails one (20 at once, each
+    yielding between its read and its write, so they really overlap)."""
+
+    async def add_one(user: UserState) -> None:
+        count = user.get("count", 0)
+        await asyncio.sleep(0)
+        user["count"] = count + 1
+
+    await asyncio.gather(*(edit_state(store, UserState, ADA, add_one) for _ in range(20)))
+    assert (await read_state(store, UserState, ADA))["count"] == 20

@@ -343,3 +343,34 @@ async def test_a_model_that_forbids_extra_members_refuses_them_by_name(storage):
     with pytest.raises(StateValidationError) as info:
         state.user.data  # noqa: B018
     assert info.value.field == "plan"
+
+
+async def test_a_migrated_document_is_saved_migrated_when_the_turn_writes(storage):
+    """A turn that read an old document (migrated on load) and writes anything stores that
+    document migrated in the same batch, even though it did not change it."""
+    await storage.write({KEY: StoreItem({"full_name": "Ada", "visits": 4}, None)})
+    storage.writes.clear()
+    state = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert state.user.data.name == "Ada" and not state.user.changed
+    state["conversation:topic"] = "billing"
+    await save(storage, state)
+    assert storage.writes == [sorted([KEY, "msteams/conversations/19:c"])]
+    stored = await storage.stored(KEY)
+    assert stored is not None and stored[SCHEMA_FIELD] == 2 and stored["name"] == "Ada"
+    assert "full_name" not in stored
+
+    again = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert again.user.data.name == "Ada"
+    again["conversation:topic"] = "sales"
+    await save(storage, again)
+    assert storage.writes[-1] == ["msteams/conversations/19:c"]  # stored migrated: no rewrite
+
+
+async def test_a_turn_that_only_reads_a_migrated_document_writes_nothing(storage):
+    await storage.write({KEY: StoreItem({"full_name": "Ada"}, None)})
+    storage.writes.clear()
+    state = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert state.user.data.name == "Ada"
+    await save(storage, state)
+    assert storage.writes == []
+    assert await storage.stored(KEY) == {"full_name": "Ada"}  # migrated again on each read
