@@ -35,8 +35,7 @@ from agent_state.backends import (
     StoreItem,
     wrap,
 )
-from agent_state.backends._blob import EXPIRES_METADATA, BlobStorage
-from agent_state.backends._blob_names import (
+from agent_state.backends.blob.names import (
     MAX_NAME_CHARS,
     MAX_SEGMENTS,
     blob_name,
@@ -44,6 +43,7 @@ from agent_state.backends._blob_names import (
     key_for_name,
     list_prefix,
 )
+from agent_state.backends.blob.storage import EXPIRES_METADATA, BlobStorage
 from tests.backends.conformance.harness_blob import (
     azurite_connection_string,
     delete_container,

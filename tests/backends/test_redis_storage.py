@@ -33,14 +33,14 @@ from agent_state._keys import app_key, conversation_key, session_key, user_key
 from agent_state.backends import (
     ConflictError,
     FormatError,
+    RedisStorage,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
 )
 from agent_state.backends._envelope import wrap
-from agent_state.backends._redis import RedisStorage
-from agent_state.backends._redis_layout import KeyLayout
-from agent_state.backends._redis_scripts import split_stored, stored_value
+from agent_state.backends.redis.layout import KeyLayout
+from agent_state.backends.redis.scripts import split_stored, stored_value
 from tests.backends.conformance.harness_redis import (
     CLUSTER_URL,
     STANDALONE_URL,

@@ -3,7 +3,7 @@
 A batch read is concurrent GETs and a write batch concurrent conditional PUTs (If-Match for
 a version, If-None-Match: * for a create), so either takes one round trip of wall time.
 Blob has no multi-blob transaction: each key is atomic on its own. Names come from
-`_blob_names`; configuration, TTL and limits are in docs/azure-blob.md.
+`names`; configuration, TTL and limits are in docs/azure-blob.md.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobProperties, ContentSettings, StorageErrorCode
 from azure.storage.blob.aio import BlobClient, BlobServiceClient, LinearRetry
 
-from ._base import Storage, WriteGroup, expired, gather_all
-from ._blob_names import blob_name, is_hashed, key_for_name, list_prefix
-from ._envelope import parse_head, unwrap, wrap
-from ._errors import StorageConfigError, StorageError, StorageUnavailableError
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .._base import Storage, WriteGroup, expired, gather_all
+from .._envelope import parse_head, unwrap, wrap
+from .._errors import StorageConfigError, StorageError, StorageUnavailableError
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .names import blob_name, is_hashed, key_for_name, list_prefix
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 """Where `from_url` finds the connection string by default (the Azure SDKs' convention)."""

@@ -20,12 +20,12 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from ._base import Storage, WriteGroup, unavailable
-from ._envelope import unwrap, wrap
-from ._errors import FormatError, StorageConfigError, StorageUnavailableError
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
-from ._redis_layout import KeyLayout
-from ._redis_scripts import DELETE, READ, WRITE, LuaScript, split_stored
+from .._base import Storage, WriteGroup, unavailable
+from .._envelope import unwrap, wrap
+from .._errors import FormatError, StorageConfigError, StorageUnavailableError
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .layout import KeyLayout
+from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds to connect or to wait for a reply before a call fails with StorageUnavailableError."""

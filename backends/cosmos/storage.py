@@ -3,7 +3,7 @@ one transactional batch per partition, and one prefix query for `list`.
 
 An item is the envelope's fields plus `id` and `pk`: `{"id", "pk", "v", "key", "meta",
 "data", "ttl"?}`; its version is the item's `_etag`. Ids and partition key values come from
-`_cosmos_ids`. Configuration, limits and guarantees: docs/cosmos.md.
+`ids`. Configuration, limits and guarantees: docs/cosmos.md.
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ from azure.cosmos.exceptions import (
     CosmosResourceExistsError,
 )
 
-from ._base import Storage, WriteGroup, gather_all, unavailable
-from ._cosmos_ids import item_id, partition_value
-from ._envelope import unwrap, wrap
-from ._errors import (
+from .._base import Storage, WriteGroup, gather_all, unavailable
+from .._envelope import unwrap, wrap
+from .._errors import (
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
     StorageUnavailableError,
 )
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .ids import item_id, partition_value
 
 MAX_ITEM_BYTES: Final = 2 * 1024 * 1024
 """The service's limit on an item's JSON (UTF-8), and on a transactional batch request."""
