@@ -31,6 +31,7 @@ from ._errors import (
     InvalidKeyError,
     InvalidValueError,
     StateTooLargeError,
+    StorageConfigError,
     StorageError,
     StorageUnavailableError,
 )
@@ -48,6 +49,15 @@ partition). It must depend on the key alone: backends derive where a key lives f
 def whole_key(key: str) -> str:
     """The default write group: every key on its own."""
     return key
+
+
+def missing_write_group(backend: str) -> StorageConfigError:
+    """The error of a storage whose layout depends on the write group, built without one."""
+    return StorageConfigError(
+        f"{backend} places each key by its write group, so every client of one store must"
+        " pass the same write_group=: agent_state.write_group (the key scheme's rule, which"
+        " open_storage passes), or agent_state.backends.whole_key (one key per group)"
+    )
 
 
 _RECORDS = RECORDS + "/"
@@ -113,11 +123,18 @@ class Storage(ABC):
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""
 
+    needs_write_group: bool = False
+    """True where the place of a key depends on its write group (a Redis hash tag, a Cosmos DB
+    partition key): built without `write_group`, the storage raises `StorageConfigError`
+    rather than pick one that other clients of the store may not share."""
+
     _closed: bool = False
 
     def __init__(
         self, *, write_group: WriteGroup | None = None, max_document_bytes: int | None = None
     ) -> None:
+        if write_group is None and self.needs_write_group:
+            raise missing_write_group(type(self).__name__)
         if write_group is not None and not callable(write_group):
             raise InvalidValueError("write_group must be a function key -> group")
         self.write_group: WriteGroup = write_group or whole_key

@@ -85,6 +85,7 @@ class CosmosStorage(Storage):
 
     atomic_groups = True
     atomic_batches = False
+    needs_write_group = True
 
     def __init__(
         self,

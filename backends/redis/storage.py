@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .._base import Storage, WriteGroup, unavailable
+from .._base import Storage, WriteGroup, missing_write_group, unavailable
 from .._envelope import unwrap, wrap
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
@@ -61,6 +61,8 @@ class RedisStorage(Storage):
 
     max_ttl_seconds = 9e15
     """Redis keeps an expiry as a signed 64-bit Unix time in ms: about 285 million years."""
+
+    needs_write_group = True
 
     def __init__(
         self,
@@ -110,6 +112,8 @@ class RedisStorage(Storage):
         `connection_class`, `ssl_ca_data`); a name redis-py does not take is refused here too.
         Nothing connects until the first call.
         """
+        if write_group is None:  # before a client exists
+            raise missing_write_group(cls.__name__)
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise StorageConfigError(f"not a redis:// or rediss:// URL: {url!r}")

@@ -86,6 +86,8 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
     finally:
         for other in (storage, *others):
             await other.close()
-        cleaner = RedisStorage.from_url(os.environ[variable], cluster=cluster, namespace=namespace)
+        cleaner = RedisStorage.from_url(
+            os.environ[variable], cluster=cluster, namespace=namespace, write_group=write_group
+        )
         await remove_namespace(cleaner)
         await cleaner.close()
