@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
@@ -34,6 +33,7 @@ from .._base import Storage, WriteGroup, expired, gather_all
 from .._envelope import parse_head, unwrap, wrap
 from .._errors import StorageConfigError, StorageError, StorageUnavailableError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .._options import UrlOptions, count, seconds
 from .names import blob_name, is_hashed, key_for_name, list_prefix
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
@@ -58,7 +58,6 @@ _URL_OPTIONS = (
     "max_concurrency",
     "timeout",
 )
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _CONTAINER = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _JSON = ContentSettings(content_type="application/json")
 _CREATE_ATTEMPTS = 3  # a create meets an expired blob, or one deleted meanwhile, this often
@@ -105,14 +104,10 @@ class BlobStorage(Storage):
             raise StorageConfigError(
                 "credential goes with account_url (a connection string has one)"
             )
-        if type(max_concurrency) is not int or max_concurrency < 1:
-            raise StorageConfigError(
-                f"max_concurrency must be an int >= 1, got {max_concurrency!r}"
-            )
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = count("max_concurrency", max_concurrency)
         options: dict[str, Any] = {
-            "connection_timeout": _seconds(timeout),
-            "read_timeout": _seconds(timeout),
+            "connection_timeout": seconds("timeout", timeout),
+            "read_timeout": seconds("timeout", timeout),
             "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
             **(client_options or {}),
         }
@@ -142,26 +137,22 @@ class BlobStorage(Storage):
             raise StorageConfigError(
                 f"blob storage URL must be azure-blob://CONTAINER, got {url!r}"
             )
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(set(query) - set(_URL_OPTIONS))
-        if unknown:
-            raise StorageConfigError(
-                f"unknown azure-blob:// option(s) {', '.join(unknown)}"
-                f"; known: {', '.join(_URL_OPTIONS)}"
-            )
-        settings: dict[str, Any] = {}
-        if "create_container" in query:
-            settings["create_container"] = _flag("create_container", query["create_container"])
-        if "max_concurrency" in query:
-            settings["max_concurrency"] = _count("max_concurrency", query["max_concurrency"])
-        if "timeout" in query:
-            settings["timeout"] = _number("timeout", query["timeout"])
+        query = UrlOptions("azure-blob", parts.query, _URL_OPTIONS)
+        read = {
+            "create_container": query.flag("create_container"),
+            "max_concurrency": query.count("max_concurrency"),
+            "timeout": query.seconds("timeout"),
+        }
+        settings: dict[str, Any] = {
+            name: value for name, value in read.items() if value is not None
+        }
         if not {"connection_string", "account_url"} & set(options):
-            if "account_url" in query:
-                settings["account_url"] = query["account_url"]
+            account_url = query.text("account_url")
+            if account_url is not None:
+                settings["account_url"] = account_url
             else:
                 settings["connection_string"] = _connection_string(
-                    query.get("connection_string_env", CONNECTION_STRING_ENV)
+                    query.text("connection_string_env") or CONNECTION_STRING_ENV
                 )
         return cls(unquote(parts.netloc), **{**settings, **options})
 
@@ -415,33 +406,3 @@ def _connection_string(variable: str) -> str:
             "(or pass connection_string=, or account_url= with credential=)"
         )
     return value
-
-
-def _flag(name: str, value: str) -> bool:
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise StorageConfigError(f"{name} must be true or false, got {value!r}")
-
-
-def _count(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise StorageConfigError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _number(name: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise StorageConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-
-
-def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StorageConfigError(f"timeout must be a number of seconds, got {value!r}")
-    if not 0 < value < math.inf:
-        raise StorageConfigError(f"timeout must be a positive number of seconds, got {value!r}")
-    return float(value)

@@ -15,7 +15,7 @@ import os
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import orjson
@@ -40,6 +40,7 @@ from .._errors import (
     StorageUnavailableError,
 )
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._options import UrlOptions, count, seconds
 from .ids import item_id, partition_value
 
 MAX_ITEM_BYTES: Final = 2 * 1024 * 1024
@@ -61,7 +62,6 @@ DEFAULT_TIMEOUT: Final = 10.0
 
 _ENVELOPE_FIELDS = ("v", "key", "meta", "data")  # in `wrap`'s order, so data can be sliced out
 _URL_OPTIONS = ("endpoint", "key", "create", "timeout")
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _NETWORK = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _OWNER_MISSING = 1003  # sub-status of a 404 whose database or container is gone
 
@@ -115,10 +115,11 @@ class CosmosStorage(Storage):
             raise StorageConfigError(
                 "CosmosStorage needs a master key (str) or an async azure-identity credential"
             )
-        if not (timeout > 0 and throttle_retries >= 1 and throttle_wait > 0 and concurrency >= 1):
-            raise StorageConfigError(
-                "timeout and throttle_wait must be > 0, throttle_retries and concurrency >= 1"
-            )
+        timeout, throttle_wait = (
+            seconds("timeout", timeout),
+            seconds("throttle_wait", throttle_wait),
+        )
+        throttle_retries = count("throttle_retries", throttle_retries)
         self.endpoint = endpoint
         self.database_name = database
         self.container_name = container
@@ -140,7 +141,7 @@ class CosmosStorage(Storage):
             )
         except (TypeError, ValueError, AzureError) as exc:
             raise StorageConfigError(f"cannot configure Cosmos DB for {endpoint!r}: {exc}") from exc
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = asyncio.Semaphore(count("concurrency", concurrency))
         self._container: ContainerProxy | None = None
         self._opening = asyncio.Lock()
 
@@ -164,13 +165,9 @@ class CosmosStorage(Storage):
         names = [unquote(part) for part in (parts.netloc, parts.path.strip("/"))]
         if parts.scheme != "cosmos" or not all(names) or "/" in names[1]:
             raise StorageConfigError(f"expected cosmos://<database>/<container>, got {url!r}")
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(set(query) - set(_URL_OPTIONS))
-        if unknown:
-            known = ", ".join(_URL_OPTIONS)
-            raise StorageConfigError(f"unknown cosmos:// option(s) {unknown}; known: {known}")
-        endpoint = endpoint or query.get("endpoint") or os.environ.get(ENV_ENDPOINT)
-        credential = credential or query.get("key") or os.environ.get(ENV_KEY)
+        query = UrlOptions("cosmos", parts.query, _URL_OPTIONS)
+        endpoint = endpoint or query.text("endpoint") or os.environ.get(ENV_ENDPOINT)
+        credential = credential or query.text("key") or os.environ.get(ENV_KEY)
         if not endpoint:
             raise StorageConfigError(f"no Cosmos DB endpoint: set ${ENV_ENDPOINT} or ?endpoint=")
         if not credential:
@@ -183,8 +180,8 @@ class CosmosStorage(Storage):
             credential,
             names[0],
             names[1],
-            create=create if create is not None else _flag(query.get("create", "true")),
-            timeout=timeout if timeout is not None else _seconds(query.get("timeout")),
+            create=create if create is not None else query.flag("create") is not False,
+            timeout=timeout if timeout is not None else query.seconds("timeout") or DEFAULT_TIMEOUT,
             **options,
         )
 
@@ -441,23 +438,3 @@ def _result_etag(result: dict[str, Any]) -> str:
     body = result.get("resourceBody")
     etag = body.get("_etag") if isinstance(body, dict) else result.get("eTag")
     return str(etag)
-
-
-def _flag(text: str) -> bool:
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    raise StorageConfigError(f"expected true or false, got {text!r}")
-
-
-def _seconds(text: str | None) -> float:
-    if text is None:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise StorageConfigError(f"timeout must be a positive number of seconds, got {text!r}")
-    return seconds
