@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import Storage, WriteGroup, expired, unavailable, whole_key
+from ._base import Storage, WriteGroup, expired, whole_key
 from ._envelope import Envelope, unwrap, wrap
+from ._error_map import unavailable
 from ._errors import (
     ConflictError,
     FormatError,

@@ -32,7 +32,6 @@ from ._errors import (
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
-    StorageError,
     StorageUnavailableError,
 )
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
@@ -79,25 +78,6 @@ async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
         if isinstance(result, BaseException):
             raise result
     return results  # type: ignore[return-value]
-
-
-class unavailable:  # lower case: used like a function, `with unavailable(what, errors):`
-    """Map the given I/O or SDK errors to `StorageUnavailableError` (cause chained); a class,
-    not a generator, since every call of a backend enters one."""
-
-    __slots__ = ("what", "errors")
-
-    def __init__(self, what: str, errors: tuple[type[BaseException], ...]) -> None:
-        self.what, self.errors = what, errors
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, self.errors) and not isinstance(exc, StorageError):
-            raise StorageUnavailableError(f"{self.what}: {exc}") from exc
 
 
 class Storage(ABC):
@@ -201,7 +181,7 @@ class Storage(ABC):
                 raise InvalidValueError(f"key {key!r} is both written and checked unchanged")
             if etag is not None and (not isinstance(etag, str) or not etag or etag == ANY):
                 raise InvalidValueError(f"unchanged[{key!r}] must be a version string or None")
-            checks.append(PreparedWrite(key, b"", etag, self.group_of(key), None, True))
+            checks.append(PreparedWrite(key, b"", {}, etag, self.group_of(key), None, True))
         return checks
 
     async def delete(
@@ -299,7 +279,7 @@ class Storage(ABC):
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
         if item.ttl is not None:
             ttl = _check_ttl(item.ttl, self.max_ttl_seconds)
-        return PreparedWrite(key, data, etag, self.group_of(key), ttl)
+        return PreparedWrite(key, data, item.value, etag, self.group_of(key), ttl)
 
     def _check_open(self) -> None:
         if self._closed:

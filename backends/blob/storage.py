@@ -13,7 +13,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -31,7 +31,8 @@ from azure.storage.blob.aio import BlobClient, BlobServiceClient, LinearRetry
 
 from .._base import Storage, WriteGroup, expired, gather_all
 from .._envelope import parse_head, unwrap, wrap
-from .._errors import StorageConfigError, StorageError, StorageUnavailableError
+from .._error_map import ErrorMap, Meaning, Rule, first_line, unavailable
+from .._errors import StorageConfigError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
 from .._options import UrlOptions, count, seconds
 from .names import blob_name, is_hashed, key_for_name, list_prefix
@@ -60,9 +61,54 @@ _URL_OPTIONS = (
 )
 _CONTAINER = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _JSON = ContentSettings(content_type="application/json")
+_REFUSED_CREDENTIALS = (
+    "the service refused the credentials; check the connection string's account key, the SAS"
+    " token, or the identity's role on the container"
+)
 _CREATE_ATTEMPTS = 3  # a create meets an expired blob, or one deleted meanwhile, this often
 _NO_RETRY: dict[str, Any] = {"retry_total": 0}  # a resent conditional request could misreport
-_UNAVAILABLE = (AzureError, OSError, asyncio.TimeoutError)
+
+
+def _code(exc: HttpResponseError) -> object:
+    """The storage error code the SDK attaches to its HTTP errors (None if the body had none)."""
+    return getattr(exc, "error_code", None)
+
+
+def _describe(exc: BaseException) -> str:
+    """An SDK error as quoted in ours: its storage error code (or HTTP status), first line."""
+    if not isinstance(exc, HttpResponseError):
+        return first_line(exc)
+    code = getattr(_code(exc), "value", _code(exc)) or exc.status_code
+    return f"{code}: {first_line(exc)}"
+
+
+def _has_code(code: object) -> Callable[[HttpResponseError], bool]:
+    return lambda exc: _code(exc) == code
+
+
+_ERRORS = ErrorMap(
+    [
+        Rule(ClientAuthenticationError, Meaning.REFUSED, says=_REFUSED_CREDENTIALS),
+        Rule(
+            HttpResponseError,
+            Meaning.REFUSED,
+            lambda exc: exc.status_code in (401, 403),
+            _REFUSED_CREDENTIALS,
+        ),
+        Rule(
+            HttpResponseError,
+            Meaning.REFUSED,
+            _has_code(StorageErrorCode.container_not_found),
+            "the container does not exist (create_container=False)",
+        ),
+        Rule(HttpResponseError, Meaning.MODIFIED, _has_code(StorageErrorCode.condition_not_met)),
+        Rule(HttpResponseError, Meaning.MISSING, _has_code(StorageErrorCode.blob_not_found)),
+        Rule(HttpResponseError, Meaning.EXISTS, _has_code(StorageErrorCode.blob_already_exists)),
+        Rule((AzureError, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE),
+    ],
+    describe=_describe,
+)
+"""What azure-storage-blob's, aiohttp's and the socket's errors mean."""
 
 
 class BlobStorage(Storage):
@@ -210,7 +256,7 @@ class BlobStorage(Storage):
                     download = await blob.download_blob()
                     raw = await download.readall()
                 except ResourceNotFoundError as exc:
-                    if _code(exc) != StorageErrorCode.blob_not_found:
+                    if _ERRORS.meaning(exc) is not Meaning.MISSING:
                         raise
                     return None
                 envelope = unwrap(key, raw)
@@ -279,7 +325,7 @@ class BlobStorage(Storage):
         try:
             raw = await (await self.container.download_blob(name)).readall()
         except ResourceNotFoundError as exc:
-            if _code(exc) != StorageErrorCode.blob_not_found:
+            if _ERRORS.meaning(exc) is not Meaning.MISSING:
                 raise
             return None  # deleted since it was listed
         head = parse_head(raw)
@@ -295,18 +341,11 @@ class BlobStorage(Storage):
             del self._blobs[next(iter(self._blobs))]
         return blob
 
-    @contextlib.contextmanager
-    def _mapped(self, action: str) -> Iterator[None]:
-        """Map SDK and network failures to the project's errors (cause chained)."""
-        where = f"Azure Blob {action} in container {self.container.container_name!r}"
-        try:
-            yield
-        except StorageError:
-            raise
-        except HttpResponseError as exc:
-            raise _http_failure(where, exc) from exc
-        except _UNAVAILABLE as exc:
-            raise StorageUnavailableError(f"{where} failed: {_first_line(exc)}") from exc
+    def _mapped(self, action: str) -> unavailable:
+        """The context of a call: SDK and network failures mapped by `_ERRORS`."""
+        return unavailable(
+            f"Azure Blob {action} in container {self.container.container_name!r} failed", _ERRORS
+        )
 
 
 async def _upload(blob: BlobClient, body: bytes, metadata: dict[str, str], **kwargs: Any) -> str:
@@ -342,12 +381,12 @@ async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> st
         try:
             return await _upload(blob, body, metadata, overwrite=False)
         except ResourceExistsError as exc:
-            if _code(exc) != StorageErrorCode.blob_already_exists:
+            if _ERRORS.meaning(exc) is not Meaning.EXISTS:
                 raise
         try:
             current = await blob.get_blob_properties()
         except ResourceNotFoundError as exc:
-            if _code(exc) != StorageErrorCode.blob_not_found:
+            if _ERRORS.meaning(exc) is not Meaning.MISSING:
                 raise
             continue  # deleted meanwhile: create again
         if not expired(_expiry(current)):
@@ -360,24 +399,7 @@ async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> st
 
 def _lost_race(exc: HttpResponseError) -> bool:
     """A 412 on an ETag condition or a 404 of the blob: the precondition does not hold."""
-    return _code(exc) in (StorageErrorCode.condition_not_met, StorageErrorCode.blob_not_found)
-
-
-def _code(exc: HttpResponseError) -> object:
-    """The storage error code the SDK attaches to its HTTP errors (None if the body had none)."""
-    return getattr(exc, "error_code", None)
-
-
-def _http_failure(where: str, exc: HttpResponseError) -> StorageError:
-    code = getattr(_code(exc), "value", _code(exc)) or exc.status_code
-    if isinstance(exc, ClientAuthenticationError) or exc.status_code in (401, 403):
-        return StorageConfigError(
-            f"{where}: the service refused the credentials ({code}); check the connection "
-            "string's account key, the SAS token, or the identity's role on the container"
-        )
-    if _code(exc) == StorageErrorCode.container_not_found:
-        return StorageConfigError(f"{where}: the container does not exist (create_container=False)")
-    return StorageUnavailableError(f"{where} failed ({code}): {_first_line(exc)}")
+    return _ERRORS.meaning(exc) in (Meaning.MODIFIED, Meaning.MISSING)
 
 
 def _expiry(blob: BlobProperties) -> float | None:
@@ -391,11 +413,6 @@ def _expiry(blob: BlobProperties) -> float | None:
 
 def _expiry_after(ttl: float | None) -> float | None:
     return time.time() + ttl if ttl is not None else None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _connection_string(variable: str) -> str:

@@ -13,7 +13,7 @@ import contextlib
 import math
 import os
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -31,8 +31,9 @@ from azure.cosmos.exceptions import (
     CosmosResourceExistsError,
 )
 
-from .._base import Storage, WriteGroup, gather_all, unavailable
-from .._envelope import unwrap, wrap
+from .._base import Storage, WriteGroup, gather_all
+from .._envelope import envelope_fields, envelope_size, unwrap
+from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import (
     InvalidValueError,
     StateTooLargeError,
@@ -62,8 +63,40 @@ DEFAULT_TIMEOUT: Final = 10.0
 
 _ENVELOPE_FIELDS = ("v", "key", "meta", "data")  # in `wrap`'s order, so data can be sliced out
 _URL_OPTIONS = ("endpoint", "key", "create", "timeout")
-_NETWORK = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _OWNER_MISSING = 1003  # sub-status of a 404 whose database or container is gone
+
+
+def _status(*codes: int) -> Callable[[CosmosHttpResponseError], bool]:
+    return lambda exc: exc.status_code in codes
+
+
+def _missing_item(exc: CosmosHttpResponseError) -> bool:
+    """A 404 for the item itself, not for its container or database."""
+    return exc.status_code == 404 and exc.sub_status != _OWNER_MISSING
+
+
+_ERRORS = ErrorMap(
+    [
+        Rule(
+            CosmosHttpResponseError,
+            Meaning.REFUSED,
+            _status(401, 403),
+            "the service refused the credential: wrong key, or no access to the container",
+        ),
+        Rule(
+            CosmosHttpResponseError,
+            Meaning.UNAVAILABLE,
+            _status(429),
+            "still throttled (429) after the retry budget",
+        ),
+        Rule(CosmosHttpResponseError, Meaning.EXISTS, _status(409)),
+        Rule(CosmosHttpResponseError, Meaning.MODIFIED, _status(412)),
+        Rule(CosmosHttpResponseError, Meaning.MISSING, _missing_item),
+        Rule((AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE),
+    ]
+)
+"""What azure-cosmos's, aiohttp's and the socket's errors mean."""
+_CONFLICTS = (Meaning.EXISTS, Meaning.MODIFIED, Meaning.MISSING)
 
 
 class CosmosStorage(Storage):
@@ -229,12 +262,14 @@ class CosmosStorage(Storage):
             await self._client.close()
 
     def _item(self, write: PreparedWrite, pk: str, ttl: int | None) -> dict[str, Any]:
-        """The item body of a write, checked against the 2 MB item limit."""
-        envelope = wrap(write.key, write.data)
-        body: dict[str, Any] = {"id": item_id(write.key), "pk": pk, **orjson.loads(envelope)}
+        """The item body of a write (its value as is, not parsed from its bytes), checked
+        against the 2 MB item limit."""
+        body: dict[str, Any] = {"id": item_id(write.key), "pk": pk}
+        body.update(envelope_fields(write.key, write.value))
         if ttl is not None:
             body["ttl"] = ttl
-        size = len(envelope) + len(orjson.dumps([body["id"], pk, ttl])) + 32 + SYSTEM_RESERVE
+        envelope = envelope_size(write.key, write.data)
+        size = envelope + len(orjson.dumps([body["id"], pk, ttl])) + 32 + SYSTEM_RESERVE
         if size > MAX_ITEM_BYTES:
             raise StateTooLargeError(write.key, size, MAX_ITEM_BYTES)
         return body
@@ -247,7 +282,7 @@ class CosmosStorage(Storage):
                         item_id(key), partition_value(self.group_of(key)), timeout=self._timeout
                     )
                 except CosmosHttpResponseError as exc:
-                    if _missing_item(exc):
+                    if _ERRORS.meaning(exc) is Meaning.MISSING:
                         return None
                     raise
         fields = {name: item[name] for name in _ENVELOPE_FIELDS if name in item}
@@ -278,7 +313,7 @@ class CosmosStorage(Storage):
                             timeout=self._timeout,
                         )
                 except CosmosHttpResponseError as exc:
-                    if exc.status_code in (409, 412) or _missing_item(exc):
+                    if _ERRORS.meaning(exc) in _CONFLICTS:
                         outcomes[write.key] = CONFLICT
                         return
                     raise
@@ -334,9 +369,12 @@ class CosmosStorage(Storage):
                         **conditions,
                     )
                 except CosmosHttpResponseError as exc:
-                    if exc.status_code == 412 or (etag is not None and _missing_item(exc)):
+                    meaning = _ERRORS.meaning(exc)
+                    if meaning is Meaning.MODIFIED or (
+                        etag is not None and meaning is Meaning.MISSING
+                    ):
                         outcomes[key] = CONFLICT
-                    elif not _missing_item(exc):
+                    elif meaning is not Meaning.MISSING:
                         raise
 
     async def _ready(self) -> ContainerProxy:
@@ -376,30 +414,10 @@ class CosmosStorage(Storage):
         _check_container(properties, f"{self.database_name}/{self.container_name}")
         return container
 
-    @contextlib.contextmanager
-    def _mapped(self, what: str) -> Iterator[None]:
-        """SDK errors as ours: 401/403 -> StorageConfigError, the rest StorageUnavailableError."""
-        try:
-            with unavailable(f"Cosmos DB {what} failed", _NETWORK):
-                yield
-        except StorageUnavailableError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, CosmosHttpResponseError) and cause.status_code in (401, 403):
-                raise StorageConfigError(
-                    f"Cosmos DB at {self.endpoint} refused the credential (HTTP"
-                    f" {cause.status_code}): wrong key, or no access to"
-                    f" {self.database_name}/{self.container_name}"
-                ) from cause
-            if isinstance(cause, CosmosHttpResponseError) and cause.status_code == 429:
-                raise StorageUnavailableError(
-                    f"Cosmos DB {what}: still throttled (429) after the retry budget"
-                ) from cause
-            raise
-
-
-def _missing_item(exc: CosmosHttpResponseError) -> bool:
-    """A 404 for the item itself, not for its container or database."""
-    return exc.status_code == 404 and exc.sub_status != _OWNER_MISSING
+    def _mapped(self, what: str) -> unavailable:
+        """The context of a call: SDK and network failures mapped by `_ERRORS`."""
+        where = f"{self.endpoint} {self.database_name}/{self.container_name}"
+        return unavailable(f"Cosmos DB {what} on {where} failed", _ERRORS)
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:

@@ -38,8 +38,9 @@ from urllib.parse import unquote
 
 import aiofiles.os
 
-from .._base import Storage, WriteGroup, expired, unavailable
+from .._base import Storage, WriteGroup, expired
 from .._envelope import Head, unwrap, wrap
+from .._error_map import unavailable
 from .._errors import FormatError, StorageConfigError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 from .._keys import KEYS_REMEMBERED, check_key

@@ -20,8 +20,9 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .._base import Storage, WriteGroup, missing_write_group, unavailable
+from .._base import Storage, WriteGroup, missing_write_group
 from .._envelope import unwrap, wrap
+from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
 from .._options import UrlOptions, count, seconds
@@ -41,7 +42,11 @@ _CHOICES = {"protocol": ("2", "3"), "ssl_cert_reqs": ("none", "optional", "requi
 _PLAIN_REFUSED = {name: "needs a rediss:// (TLS) URL" for name in _TLS}
 _DATABASE = re.compile(r"/?([0-9]*)", re.ASCII)
 _SCAN_COUNT = 1000
-_UNAVAILABLE = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
+_ERRORS = ErrorMap(
+    [Rule((RedisError, RedisClusterException, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE)],
+    describe=str,
+)
+"""What redis-py's and the socket's errors mean: every one, that Redis is unavailable."""
 
 RedisClient = Redis | RedisCluster
 
@@ -336,15 +341,17 @@ _FREE = contextlib.nullcontext()
 """The context of a call on a standalone server: nothing to hold."""
 
 
-def _unavailable(action: str) -> contextlib.AbstractContextManager[None]:
-    """Turn redis-py and socket failures into `StorageUnavailableError` (cause chained)."""
-    return unavailable(f"Redis {action} failed", _UNAVAILABLE)
+def _unavailable(action: str) -> unavailable:
+    """The context of a Redis call: redis-py's and the socket's errors mapped by `_ERRORS`."""
+    return unavailable(f"Redis {action} failed", _ERRORS)
 
 
 def _raise_first_error(replies: list[Any], action: str) -> None:
+    """Raise the first error reply of a pipeline, mapped like a raised one."""
     for reply in replies:
         if isinstance(reply, Exception):
-            raise StorageUnavailableError(f"Redis {action} failed: {reply}") from reply
+            with _unavailable(action):
+                raise reply
 
 
 def _redis_keys(group: list[tuple[str, str]]) -> list[str]:
