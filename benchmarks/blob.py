@@ -54,8 +54,8 @@ from agent_state import (
     user_key,
 )
 from agent_state.backends import Storage
-from agent_state.backends._blob_names import blob_name
 from agent_state.backends._envelope import dump_data, wrap
+from agent_state.backends.blob.names import blob_name
 
 CONVERSATIONS = 50
 CHANNEL = "bench"

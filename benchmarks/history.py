@@ -47,9 +47,8 @@ from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 
-from agent_state import TurnIds, open_storage, open_turn
-from agent_state.backends import Storage
-from agent_state.backends._redis import RedisStorage
+from agent_state import TurnIds, open_storage, open_turn, write_group
+from agent_state.backends import RedisStorage, Storage
 
 SIZES = (10, 1_000, 10_000)
 TARGET = 1.3
@@ -226,7 +225,9 @@ async def make_systems(tmp: str, redis_url: str | None, redis_label: str) -> lis
         Ours("agent-state · FileStorage (temp dir)", open_storage(f"file://{tmp}/files"), True),
     ]
     if redis_url:
-        storage = RedisStorage.from_url(redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}")
+        storage = RedisStorage.from_url(
+            redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}", write_group=write_group
+        )
         systems.append(Ours(f"agent-state · RedisStorage ({redis_label})", storage))
     for recent, suffix in ((False, ""), (True, ", last 20 only")):
         systems.append(

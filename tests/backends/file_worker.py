@@ -26,8 +26,8 @@ import threading
 from pathlib import Path
 
 from agent_state.backends import ConflictError, FileStorage, StoreItem
-from agent_state.backends._file import LOCK_DIR, LOCK_TIMEOUT_SECONDS
-from agent_state.backends._filelock import StripedFileLocks
+from agent_state.backends.file.filelock import StripedFileLocks
+from agent_state.backends.file.storage import LOCK_DIR, LOCK_TIMEOUT_SECONDS
 
 
 def checked_document(seq: int, size: int) -> dict[str, object]:

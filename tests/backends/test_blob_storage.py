@@ -35,8 +35,7 @@ from agent_state.backends import (
     StoreItem,
     wrap,
 )
-from agent_state.backends._blob import EXPIRES_METADATA, BlobStorage
-from agent_state.backends._blob_names import (
+from agent_state.backends.blob.names import (
     MAX_NAME_CHARS,
     MAX_SEGMENTS,
     blob_name,
@@ -44,6 +43,7 @@ from agent_state.backends._blob_names import (
     key_for_name,
     list_prefix,
 )
+from agent_state.backends.blob.storage import EXPIRES_METADATA, BlobStorage
 from tests.backends.conformance.harness_blob import (
     azurite_connection_string,
     delete_container,
@@ -447,12 +447,12 @@ async def test_from_url_connection_string_env_option(monkeypatch):
 @pytest.mark.parametrize(
     "url, message",
     [
-        ("azure-blob://box1?colour=blue&sas=x", "unknown azure-blob:// option.*colour, sas"),
+        ("azure-blob://box1?colour=blue&sas=x", "unknown azure-blob:// option.*'colour', 'sas'"),
         ("azure-blob://box1?create_container=maybe", "create_container must be true or false"),
-        ("azure-blob://box1?max_concurrency=0", "max_concurrency must be an int >= 1"),
-        ("azure-blob://box1?max_concurrency=lots", "max_concurrency must be an integer"),
+        ("azure-blob://box1?max_concurrency=0", "max_concurrency must be a positive whole number"),
+        ("azure-blob://box1?max_concurrency=lots", "max_concurrency must be a positive whole"),
         ("azure-blob://box1?timeout=-1", "timeout must be a positive number"),
-        ("azure-blob://box1?timeout=soon", "timeout must be a number"),
+        ("azure-blob://box1?timeout=soon", "timeout must be a positive number"),
         ("azure-blob://Upper", "not a blob container name"),
         ("azure-blob://a--b", "not a blob container name"),
         ("azure-blob://ab", "not a blob container name"),
@@ -483,7 +483,7 @@ def test_from_url_without_a_connection_string_says_where_to_put_it(monkeypatch):
         ({"connection_string": dev_connection_string(1), "credential": "k"}, "credential goes"),
         ({"connection_string": "no equals signs"}, "cannot configure"),
         ({"account_url": "http://h", "timeout": 0}, "timeout must be a positive"),
-        ({"account_url": "http://h", "timeout": True}, "timeout must be a number"),
+        ({"account_url": "http://h", "timeout": True}, "timeout must be a positive number"),
     ],
 )
 def test_constructor_errors(options, message):

@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from agent_state import open_storage, write_group
 from agent_state.backends import (
     ConflictError,
+    CosmosStorage,
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
 )
-from agent_state.backends._cosmos import CosmosStorage
-from agent_state.backends._cosmos_ids import (
+from agent_state.backends.cosmos.ids import (
     MAX_ID_CHARS,
     MAX_PARTITION_KEY_BYTES,
     item_id,
@@ -169,7 +169,9 @@ async def test_a_batch_of_one_partition_commits_together(storage: CosmosStorage)
 
 
 async def test_throttled_requests_are_retried_within_the_budget(endpoint: str):
-    storage = CosmosStorage(endpoint, MASTER_KEY, "db", "c", throttle_retries=3)
+    storage = CosmosStorage(
+        endpoint, MASTER_KEY, "db", "c", throttle_retries=3, write_group=write_group
+    )
     try:
         await storage.write({"k/a": StoreItem({"v": 1})})
         before = await item_requests(endpoint)
@@ -192,7 +194,7 @@ async def test_a_wrong_key_is_a_config_error_and_writes_nothing(
     endpoint: str, storage: CosmosStorage
 ):
     await storage.write({"k/a": StoreItem({"v": 1})})
-    wrong = CosmosStorage(endpoint, "d3Jvbmcga2V5", "db", "c")
+    wrong = CosmosStorage(endpoint, "d3Jvbmcga2V5", "db", "c", write_group=write_group)
     try:
         with pytest.raises(StorageConfigError, match="wrong key"):
             await wrong.write({"k/a": StoreItem({"v": 2}, "*")})
@@ -231,7 +233,7 @@ async def test_more_than_a_batch_of_one_partition_is_refused_before_io(storage: 
 
 async def test_a_stopped_emulator_is_unavailable_not_missing():
     async with running() as url:
-        storage = CosmosStorage(url, MASTER_KEY, "db", "c", timeout=2)
+        storage = CosmosStorage(url, MASTER_KEY, "db", "c", timeout=2, write_group=write_group)
         await storage.write({"k/a": StoreItem({"v": 1})})
     try:
         started = time.monotonic()
@@ -252,7 +254,9 @@ async def test_a_server_that_never_answers_times_out():
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    storage = CosmosStorage(f"http://127.0.0.1:{port}", MASTER_KEY, "db", "c", timeout=0.5)
+    storage = CosmosStorage(
+        f"http://127.0.0.1:{port}", MASTER_KEY, "db", "c", timeout=0.5, write_group=write_group
+    )
     try:
         started = time.monotonic()
         with pytest.raises(StorageUnavailableError):
@@ -284,7 +288,9 @@ async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str):
         ("no-ttl", "TTL off"),
         ("none", "not exist"),
     ):
-        storage = CosmosStorage(endpoint, MASTER_KEY, "db", name, create=False)
+        storage = CosmosStorage(
+            endpoint, MASTER_KEY, "db", name, create=False, write_group=write_group
+        )
         try:
             with pytest.raises(StorageConfigError, match=message):
                 await storage.read(["k/a"])
@@ -295,26 +301,26 @@ async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str):
 async def test_from_url_options_and_environment(endpoint: str, monkeypatch):
     monkeypatch.setenv("AZURE_COSMOS_ENDPOINT", endpoint)
     monkeypatch.setenv("AZURE_COSMOS_KEY", MASTER_KEY)
-    storage = CosmosStorage.from_url("cosmos://db/from-env?timeout=3")
+    storage = CosmosStorage.from_url("cosmos://db/from-env?timeout=3", write_group=write_group)
     try:
         await storage.write({"k/a": StoreItem({"v": 1})})
         assert storage.container_name == "from-env"
     finally:
         await storage.close()
     with pytest.raises(StorageConfigError, match="'colour'"):
-        CosmosStorage.from_url("cosmos://db/c?colour=blue&timeout=3")
+        CosmosStorage.from_url("cosmos://db/c?colour=blue&timeout=3", write_group=write_group)
     for bad in ("cosmos://db", "cosmos://db/c/extra", "cosmos://db/c?create=maybe"):
         with pytest.raises(StorageConfigError):
-            CosmosStorage.from_url(bad)
+            CosmosStorage.from_url(bad, write_group=write_group)
     with pytest.raises(StorageConfigError, match="not exist"):
-        missing = CosmosStorage.from_url("cosmos://db/absent?create=false")
+        missing = CosmosStorage.from_url("cosmos://db/absent?create=false", write_group=write_group)
         try:
             await missing.read(["k/a"])
         finally:
             await missing.close()
     monkeypatch.delenv("AZURE_COSMOS_KEY")
     with pytest.raises(StorageConfigError, match="AZURE_COSMOS_KEY"):
-        CosmosStorage.from_url("cosmos://db/c")
+        CosmosStorage.from_url("cosmos://db/c", write_group=write_group)
 
 
 async def test_ttl_is_sent_as_whole_seconds_counted_from_ts(
@@ -343,7 +349,10 @@ if os.environ.get(LIVE_ENDPOINT) and os.environ.get(LIVE_KEY):  # opt-in: collec
 async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str):
     # each checks the database and container exist, finds them missing and creates them:
     # all but one creation meet a 409 from the service, which must not fail the open
-    storages = [CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh") for _ in range(4)]
+    storages = [
+        CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh", write_group=write_group)
+        for _ in range(4)
+    ]
     try:
         etags = await asyncio.gather(
             *(s.write({f"k/{i}": StoreItem({"i": i}, None)}) for i, s in enumerate(storages))

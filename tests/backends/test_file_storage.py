@@ -31,11 +31,16 @@ from agent_state.backends import (
     StoreItem,
 )
 from agent_state.backends._envelope import wrap
-from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
-from agent_state.backends._fileio import TEMP_PREFIX, temp_tag
-from agent_state.backends._filelock import StripedFileLocks
-from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
 from agent_state.backends._items import CONFLICT
+from agent_state.backends.file.fileio import TEMP_PREFIX, temp_tag
+from agent_state.backends.file.filelock import StripedFileLocks
+from agent_state.backends.file.filenames import (
+    MAX_NAME_BYTES,
+    is_hashed,
+    key_for_name,
+    name_for_key,
+)
+from agent_state.backends.file.storage import LOCK_DIR, STALE_TEMP_SECONDS
 from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 

@@ -33,14 +33,14 @@ from agent_state._keys import app_key, conversation_key, session_key, user_key
 from agent_state.backends import (
     ConflictError,
     FormatError,
+    RedisStorage,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
 )
 from agent_state.backends._envelope import wrap
-from agent_state.backends._redis import RedisStorage
-from agent_state.backends._redis_layout import KeyLayout
-from agent_state.backends._redis_scripts import split_stored, stored_value
+from agent_state.backends.redis.layout import KeyLayout
+from agent_state.backends.redis.scripts import split_stored, stored_value
 from tests.backends.conformance.harness_redis import (
     CLUSTER_URL,
     STANDALONE_URL,
@@ -220,7 +220,7 @@ async def test_standalone_batch_is_all_or_nothing(standalone):
 
 async def test_refused_script_leaves_every_document_whole(private_server):
     """An out-of-memory server refuses the whole script before it writes anything."""
-    storage = RedisStorage.from_url(private_server.url)
+    storage = RedisStorage.from_url(private_server.url, write_group=write_group)
     keys = {f"c/users/u{i}": StoreItem({"n": 1, "pad": "x" * 1000}) for i in range(20)}
     etags = await storage.write(keys)
     await storage.client.config_set("maxmemory", 1)
@@ -556,7 +556,7 @@ def private_cluster(tmp_path: Path) -> Iterator[PrivateServer]:
 
 
 async def test_stopped_server_fails_fast_and_the_same_storage_recovers(private_server):
-    storage = RedisStorage.from_url(private_server.url, timeout=2)
+    storage = RedisStorage.from_url(private_server.url, timeout=2, write_group=write_group)
     await storage.write({"c/users/a": StoreItem({"v": 1})})
     private_server.stop()
     for attempt in (storage.read(["c/users/a"]), storage.write({"c/users/a": StoreItem({})})):
@@ -574,7 +574,7 @@ async def test_stopped_server_fails_fast_and_the_same_storage_recovers(private_s
 
 
 async def test_unresponsive_server_times_out_and_the_same_storage_recovers(private_server):
-    storage = RedisStorage.from_url(f"{private_server.url}?timeout=0.5")
+    storage = RedisStorage.from_url(f"{private_server.url}?timeout=0.5", write_group=write_group)
     await storage.write({"c/users/a": StoreItem({"v": 1})})
     private_server.process.send_signal(signal.SIGSTOP)
     try:
@@ -589,7 +589,7 @@ async def test_unresponsive_server_times_out_and_the_same_storage_recovers(priva
 
 
 async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(private_cluster):
-    storage = RedisStorage.from_url(private_cluster.url, timeout=2)
+    storage = RedisStorage.from_url(private_cluster.url, timeout=2, write_group=write_group)
     etag = (await storage.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
     private_cluster.stop()
     start = time.monotonic()
@@ -604,7 +604,9 @@ async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(private_
 
 
 async def test_unreachable_cluster_is_unavailable_quickly():
-    storage = RedisStorage.from_url("redis://127.0.0.1:1/0?cluster=true&timeout=1")
+    storage = RedisStorage.from_url(
+        "redis://127.0.0.1:1/0?cluster=true&timeout=1", write_group=write_group
+    )
     start = time.monotonic()
     with pytest.raises(StorageUnavailableError):
         await storage.read(["c/users/a"])
@@ -667,7 +669,7 @@ async def test_rediss_urls_configure_tls():
 )
 def test_bad_redis_options_are_refused(url):
     with pytest.raises(StorageConfigError):
-        RedisStorage.from_url(url)
+        RedisStorage.from_url(url, write_group=write_group)
 
 
 def test_an_unknown_option_is_refused_by_name_with_the_known_ones():
@@ -686,20 +688,22 @@ def test_an_unknown_option_is_refused_by_name_with_the_known_ones():
 @pytest.mark.parametrize("options", [{"pool_size": 0}, {"pool_timeout": 0}, {"timeout": "x"}])
 def test_bad_keyword_options_are_refused(options):
     with pytest.raises(StorageConfigError):
-        RedisStorage.from_url("redis://h/0", **options)
+        RedisStorage.from_url("redis://h/0", **options, write_group=write_group)
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
 def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster):
     url = f"redis://h:1/0?cluster={str(cluster).lower()}"
-    storage = RedisStorage.from_url(url, client_options={"socket_keepalive": False})
+    storage = RedisStorage.from_url(
+        url, client_options={"socket_keepalive": False}, write_group=write_group
+    )
     client = storage.client
     kwargs = (client.nodes_manager if cluster else client.connection_pool).connection_kwargs
     assert kwargs["socket_keepalive"] is False
     with pytest.raises(StorageConfigError, match="nonsense"):
-        RedisStorage.from_url(url, client_options={"nonsense": 1})
+        RedisStorage.from_url(url, client_options={"nonsense": 1}, write_group=write_group)
     with pytest.raises(StorageConfigError, match="max_connections"):
-        RedisStorage.from_url(url, client_options={"max_connections": 9})
+        RedisStorage.from_url(url, client_options={"max_connections": 9}, write_group=write_group)
 
 
 async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes():

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from redis.exceptions import RedisClusterException, RedisError
 
 from agent_state import write_group
-from agent_state.backends._redis import RedisStorage
-from agent_state.backends._redis_scripts import split_stored, stored_value
+from agent_state.backends import RedisStorage
+from agent_state.backends.redis.scripts import split_stored, stored_value
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing
 
@@ -86,6 +86,8 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
     finally:
         for other in (storage, *others):
             await other.close()
-        cleaner = RedisStorage.from_url(os.environ[variable], cluster=cluster, namespace=namespace)
+        cleaner = RedisStorage.from_url(
+            os.environ[variable], cluster=cluster, namespace=namespace, write_group=write_group
+        )
         await remove_namespace(cleaner)
         await cleaner.close()
