@@ -53,9 +53,9 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import Storage
+from agent_state.backends import Storage, wrap
 from agent_state.backends._blob_names import blob_name
-from agent_state.backends._envelope import dump_data, wrap
+from agent_state.backends._envelope import dump_data
 
 CONVERSATIONS = 50
 CHANNEL = "bench"

@@ -48,8 +48,7 @@ from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 
 from agent_state import TurnIds, open_storage, open_turn
-from agent_state.backends import Storage
-from agent_state.backends._redis import RedisStorage
+from agent_state.backends import RedisStorage, Storage
 
 SIZES = (10, 1_000, 10_000)
 TARGET = 1.3

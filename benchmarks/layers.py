@@ -34,13 +34,15 @@ from turns import Scenario, floor, microsoft
 from agent_state import (
     AgentApplication,
     AgentState,
+    Scopes,
     TurnContext,
     TurnIds,
     TurnState,
     conversation_key,
+    open_turn,
 )
-from agent_state._lifecycle import open_turn, run_turn, save_buckets
-from agent_state._plan import Plan, Scopes
+from agent_state._lifecycle import run_turn, save_buckets
+from agent_state._plan import Plan
 from agent_state.backends import MemoryStorage, StoreItem
 
 POOL = 500

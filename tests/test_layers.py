@@ -8,10 +8,13 @@ first module is checked by the same rules.
 from __future__ import annotations
 
 import ast
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.test_docs import DOCUMENTS, blocks_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -193,3 +196,46 @@ def test_an_upward_or_private_arrow_is_reported(module: str, code: str, rule: st
 )
 def test_a_downward_or_public_arrow_passes(module: str, code: str) -> None:
     assert violations({module: (code, False), "agent_state.jsonpatch": ("", True)}) == {}
+
+
+def exported_by_its_package(module: str, name: str) -> str | None:
+    """The public package above private `module` whose `__all__` holds `name`, if one does."""
+    parts = module.split(".")
+    if not any(part.startswith("_") for part in parts[1:]):
+        return None
+    package = ".".join(parts[: next(i for i, p in enumerate(parts) if p.startswith("_") and i)])
+    exported = getattr(importlib.import_module(package), "__all__", [])
+    return package if name in exported else None
+
+
+def private_paths_of_public_names(where: str, source: str) -> list[str]:
+    """`where: name from module, use package` for each public name taken from a private module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                package = exported_by_its_package(node.module, alias.name)
+                if package is not None and node.module.startswith("agent_state"):
+                    found.append(f"{where}: {alias.name} from {node.module}, use {package}")
+    return found
+
+
+def test_tests_docs_and_examples_take_public_names_from_public_paths() -> None:
+    """A test of a private unit may import it; a public name comes from its one public path."""
+    found = []
+    for folder in ("tests", "examples", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += private_paths_of_public_names(str(path.relative_to(ROOT)), path.read_text())
+    for document in DOCUMENTS:
+        for block in blocks_of(document):
+            found += private_paths_of_public_names(block.where, block.source)
+    assert found == []
+
+
+def test_a_public_name_from_a_private_path_is_reported() -> None:
+    source = (
+        "from agent_state.backends._memory import MemoryStorage\nfrom agent_state._x import y\n"
+    )
+    assert private_paths_of_public_names("t.py", source) == [
+        "t.py: MemoryStorage from agent_state.backends._memory, use agent_state.backends"
+    ]

@@ -29,13 +29,14 @@ from hypothesis import strategies as st
 
 from agent_state import open_storage
 from agent_state.backends import (
+    BlobStorage,
     ConflictError,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
     wrap,
 )
-from agent_state.backends._blob import EXPIRES_METADATA, BlobStorage
+from agent_state.backends._blob import EXPIRES_METADATA
 from agent_state.backends._blob_names import (
     MAX_NAME_CHARS,
     MAX_SEGMENTS,

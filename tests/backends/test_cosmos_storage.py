@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from agent_state import open_storage, write_group
 from agent_state.backends import (
     ConflictError,
+    CosmosStorage,
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
 )
-from agent_state.backends._cosmos import CosmosStorage
 from agent_state.backends._cosmos_ids import (
     MAX_ID_CHARS,
     MAX_PARTITION_KEY_BYTES,

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state import open_storage
-from agent_state._keys import user_key
+from agent_state import open_storage, user_key
 from agent_state.backends import (
+    CONFLICT,
     ConflictError,
     FileStorage,
     FormatError,
@@ -29,13 +29,12 @@ from agent_state.backends import (
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
+    wrap,
 )
-from agent_state.backends._envelope import wrap
 from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
 from agent_state.backends._fileio import TEMP_PREFIX, temp_tag
 from agent_state.backends._filelock import StripedFileLocks
 from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
-from agent_state.backends._items import CONFLICT
 from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 

@@ -26,19 +26,25 @@ from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from agent_state import open_storage, write_group
-from agent_state._activity import Activity
-from agent_state._app import AgentApplication
-from agent_state._keys import app_key, conversation_key, session_key, user_key
+from agent_state import (
+    Activity,
+    AgentApplication,
+    app_key,
+    conversation_key,
+    open_storage,
+    session_key,
+    user_key,
+    write_group,
+)
 from agent_state.backends import (
     ConflictError,
     FormatError,
+    RedisStorage,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
+    wrap,
 )
-from agent_state.backends._envelope import wrap
-from agent_state.backends._redis import RedisStorage
 from agent_state.backends._redis_layout import KeyLayout
 from agent_state.backends._redis_scripts import split_stored, stored_value
 from tests.backends.conformance.harness_redis import (

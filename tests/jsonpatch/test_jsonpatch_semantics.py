@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_state.jsonpatch import apply_patch, escape, unescape
-from agent_state.jsonpatch._errors import PatchConflictError
+from agent_state.jsonpatch import PatchConflictError, apply_patch, escape, unescape
 from tests.jsonpatch.jsonpatch_support import json_equal, snapshot
 
 

@@ -8,10 +8,7 @@ from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 from pydantic import ValidationError
 
-from agent_state._activity import Activity, ActivityError
-from agent_state._app import AgentApplication
-from agent_state._context import TurnContext
-from agent_state._errors import StateError
+from agent_state import Activity, ActivityError, AgentApplication, StateError, TurnContext
 from agent_state.backends import MemoryStorage
 
 WIRE = {

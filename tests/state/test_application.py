@@ -11,13 +11,20 @@ from microsoft_agents.activity import Activity as SdkActivity
 from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 
-from agent_state._activity import Activity
-from agent_state._app import AgentApplication
-from agent_state._bucket import AgentState
-from agent_state._context import TurnContext
-from agent_state._errors import MissingIdError, StateConflictError
-from agent_state._keys import app_key, conversation_key, parse_key, session_key, user_key
-from agent_state._turn_state import TurnState
+from agent_state import (
+    Activity,
+    AgentApplication,
+    AgentState,
+    MissingIdError,
+    StateConflictError,
+    TurnContext,
+    TurnState,
+    app_key,
+    conversation_key,
+    parse_key,
+    session_key,
+    user_key,
+)
 from agent_state.backends import MemoryStorage, StorageUnavailableError
 
 

@@ -6,18 +6,25 @@ import asyncio
 
 import pytest
 
-from agent_state._background import (
+from agent_state import (
+    AppState,
+    ConversationState,
+    MissingIdError,
+    SessionState,
+    StateConflictError,
+    TurnIds,
+    UserState,
+    app_key,
+    conversation_key,
     edit_state,
     list_conversations,
     list_users,
     open_state,
     open_user,
     read_state,
+    session_key,
+    user_key,
 )
-from agent_state._errors import MissingIdError, StateConflictError
-from agent_state._ids import TurnIds
-from agent_state._keys import app_key, conversation_key, session_key, user_key
-from agent_state._scopes import AppState, ConversationState, SessionState, UserState
 from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 

@@ -11,13 +11,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state._bucket import AgentState
-from agent_state._errors import ScopeError, StateConflictError, StateError, StateValueError
-from agent_state._ids import TurnIds
+from agent_state import (
+    AgentState,
+    ScopeError,
+    StateConflictError,
+    StateError,
+    StateValueError,
+    TempState,
+    TurnIds,
+    UserState,
+)
 from agent_state._paths import MISSING
-from agent_state._scopes import TempState, UserState
 from agent_state.backends import StoreItem
-from agent_state.jsonpatch._apply import apply_patch
+from agent_state.jsonpatch import apply_patch
 from agent_state.jsonpatch._values import json_equal
 from tests.strategies import JSON_SCALARS
 

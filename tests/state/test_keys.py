@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state._keys import (
+from agent_state import (
     ParsedKey,
     app_key,
     conversation_key,
@@ -18,7 +18,7 @@ from agent_state._keys import (
     unescape_segment,
     user_key,
 )
-from agent_state.backends._errors import InvalidKeyError
+from agent_state.backends import InvalidKeyError
 from agent_state.backends._keys import check_key
 
 ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)

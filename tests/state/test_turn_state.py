@@ -6,28 +6,30 @@ import dataclasses
 
 import pytest
 
-from agent_state._background import read_state
-from agent_state._bucket import AgentState
-from agent_state._errors import (
+from agent_state import (
+    AgentState,
+    AppState,
+    ConversationState,
     MissingIdError,
     ScopeError,
+    Scopes,
+    SessionState,
     StateConflictError,
     StatePathError,
     StateValueError,
-)
-from agent_state._ids import TurnIds
-from agent_state._keys import app_key, conversation_key, escape_segment, session_key, user_key
-from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import Scopes
-from agent_state._scopes import (
-    BUILTIN_SCOPES,
-    AppState,
-    ConversationState,
-    SessionState,
     TempState,
+    TurnIds,
+    TurnState,
     UserState,
+    app_key,
+    conversation_key,
+    escape_segment,
+    read_state,
+    session_key,
+    user_key,
 )
-from agent_state._turn_state import TurnState
+from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
+from agent_state._scopes import BUILTIN_SCOPES
 from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 
@@ -375,7 +377,7 @@ def _item(value):
 
 
 def test_an_application_checks_its_custom_scopes_when_built():
-    from agent_state._app import AgentApplication
+    from agent_state import AgentApplication
     from agent_state.backends import MemoryStorage
 
     with pytest.raises(ScopeError):

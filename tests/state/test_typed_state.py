@@ -6,20 +6,20 @@ import jsonpatch
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_state._errors import (
+from agent_state import (
+    Scopes,
     StateConflictError,
     StatePathError,
     StateValidationError,
     StateValueError,
+    TurnIds,
+    TurnState,
+    UserState,
 )
-from agent_state._ids import TurnIds
 from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import Scopes
-from agent_state._scopes import UserState
-from agent_state._turn_state import TurnState
 from agent_state._typed import SCHEMA_FIELD
 from agent_state.backends import StoreItem
-from agent_state.jsonpatch._apply import apply_patch
+from agent_state.jsonpatch import apply_patch
 
 IDS = TurnIds(channel_id="msteams", user_id="29:ada", conversation_id="19:c", app_name="bot")
 KEY = "msteams/users/29:ada"

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 
 from agent_state import write_group
-from agent_state.backends._blob import BlobStorage
+from agent_state.backends import BlobStorage
 from agent_state.backends._blob_names import blob_name
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from redis.exceptions import RedisClusterException, RedisError
 
 from agent_state import write_group
-from agent_state.backends._redis import RedisStorage
+from agent_state.backends import RedisStorage
 from agent_state.backends._redis_scripts import split_stored, stored_value
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing

@@ -22,9 +22,8 @@ import orjson
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
 from agent_state import _lifecycle as lifecycle
-from agent_state.backends import Storage, StorageUnavailableError
+from agent_state.backends import Outcomes, PreparedWrite, Storage, StorageUnavailableError
 from agent_state.backends._commit_contract import first_unit
-from agent_state.backends._items import Outcomes, PreparedWrite
 
 USERS = ["ada", "grace", "linus"]
 CONVERSATIONS = ["c1", "c2"]
