@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from agent_state import TurnState
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # Runs a script as __main__ with the optional backend SDKs made unimportable (core install).
@@ -35,7 +39,7 @@ def run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -
     return done.stdout
 
 
-def test_quickstart_remembers_across_runs_in_a_folder_of_the_cwd(tmp_path):
+def test_quickstart_remembers_across_runs_in_a_folder_of_the_cwd(tmp_path: Path) -> None:
     first = run("quickstart.py", cwd=tmp_path)
     assert "[team-chat] bot: Nice to meet you, Ada!" in first
     assert "[team-chat] bot: Nice to meet you, Grace!" in first
@@ -53,7 +57,7 @@ def test_quickstart_remembers_across_runs_in_a_folder_of_the_cwd(tmp_path):
     assert "{'turns': 18}" in second and "{'name': 'Ada', 'visits': 4}" in second
 
 
-def test_quickstart_folder_from_option_or_environment(tmp_path):
+def test_quickstart_folder_from_option_or_environment(tmp_path: Path) -> None:
     run("quickstart.py", "--dir", "by-option", cwd=tmp_path)
     run("quickstart.py", cwd=tmp_path, env={"AGENT_STATE_QUICKSTART_DIR": "by-env"})
     again = run("quickstart.py", cwd=tmp_path, env={"AGENT_STATE_QUICKSTART_DIR": "by-env"})
@@ -62,7 +66,7 @@ def test_quickstart_folder_from_option_or_environment(tmp_path):
     assert not (tmp_path / ".quickstart-state").exists()
 
 
-def test_background_job_edits_what_the_quickstart_stored(tmp_path):
+def test_background_job_edits_what_the_quickstart_stored(tmp_path: Path) -> None:
     run("quickstart.py", "--dir", "state", cwd=tmp_path)
     job = run("background_job.py", "--dir", "state", "--min-visits", "2", cwd=tmp_path)
     assert "seeding" not in job
@@ -75,7 +79,7 @@ def test_background_job_edits_what_the_quickstart_stored(tmp_path):
     assert "{'name': 'Ada', 'visits': 4, 'plan': 'pro'}" in chat, "the turns kept the plan"
 
 
-def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path):
+def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path: Path) -> None:
     first = run("background_job.py", cwd=tmp_path)
     assert "no users on channel 'quickstart' yet" in first and "seeding" in first
     assert "ada: 4 visits -> granted plan 'pro'" in first
@@ -87,7 +91,9 @@ def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path):
     assert "ada: 4 visits, plan stays 'pro'" in second
 
 
-async def test_agui_server_app_runs_in_process_and_keeps_client_edits(tmp_path, monkeypatch):
+async def test_agui_server_app_runs_in_process_and_keeps_client_edits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import runpy
 
     import httpx
@@ -99,7 +105,7 @@ async def test_agui_server_app_runs_in_process_and_keeps_client_edits(tmp_path, 
     app = runpy.run_path(str(EXAMPLES / "agui_server.py"), run_name="agui_server")["app"]
     transport = httpx.ASGITransport(app)
 
-    def run(number, text, state):
+    def run(number, text, state: TurnState):
         message = {"id": f"m{number}", "role": "user", "content": text}
         return {"threadId": "t", "runId": f"r{number}", "state": state, "messages": [message],
                 "tools": [], "context": [], "forwardedProps": {}}  # fmt: skip

@@ -8,7 +8,14 @@ from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 from pydantic import ValidationError
 
-from agent_state import Activity, ActivityError, AgentApplication, StateError, TurnContext
+from agent_state import (
+    Activity,
+    ActivityError,
+    AgentApplication,
+    StateError,
+    TurnContext,
+    TurnState,
+)
 from agent_state.backends import MemoryStorage
 
 WIRE = {
@@ -25,7 +32,7 @@ WIRE = {
 }
 
 
-def test_wire_json_reads_every_field_and_keeps_the_rest():
+def test_wire_json_reads_every_field_and_keeps_the_rest() -> None:
     activity = Activity.model_validate(WIRE)
     assert (activity.type, activity.id, activity.channel_id) == ("message", "act-1", "msteams")
     assert activity.from_property.id == "29:1abc" and activity.from_property.name == "Ada"
@@ -36,13 +43,13 @@ def test_wire_json_reads_every_field_and_keeps_the_rest():
     assert activity.from_property.model_extra == {"aadObjectId": "00000000-aaaa"}
 
 
-def test_wire_json_round_trips():
+def test_wire_json_round_trips() -> None:
     dumped = Activity.model_validate(WIRE).model_dump(by_alias=True, exclude_none=True)
     assert dumped == WIRE
 
 
 @pytest.mark.parametrize("sender_arg", ["from_", "from_property"])
-def test_snake_case_construction(sender_arg):
+def test_snake_case_construction(sender_arg: str) -> None:
     activity = Activity(
         channel_id="telegram", conversation={"id": "c1"}, text="hi", **{sender_arg: {"id": "u1"}}
     )
@@ -58,12 +65,12 @@ def test_snake_case_construction(sender_arg):
     }
 
 
-def test_bad_field_types_are_rejected():
+def test_bad_field_types_are_rejected() -> None:
     with pytest.raises(ValidationError):
         Activity.model_validate({"type": "message", "from": "not an account"})
 
 
-def test_of_accepts_the_agents_sdk_activity_as_it_is():
+def test_of_accepts_the_agents_sdk_activity_as_it_is() -> None:
     sdk = SdkActivity(
         type="message",
         id="a9",
@@ -87,7 +94,7 @@ def test_of_accepts_the_agents_sdk_activity_as_it_is():
     assert activity.conversation.model_extra["isGroup"] is True
 
 
-def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
+def test_an_sdk_sub_channel_reads_as_the_wire_channel_id() -> None:
     wire = {
         "type": "message",
         "channelId": "msteams",
@@ -102,7 +109,7 @@ def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
     assert activity.model_extra["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
 
 
-def test_of_takes_dicts_keeps_ours_and_rejects_other_objects():
+def test_of_takes_dicts_keeps_ours_and_rejects_other_objects() -> None:
     ours = Activity(text="x")
     assert Activity.of(ours) is ours
     assert Activity.of({"type": "event", "channelId": "c"}).channel_id == "c"
@@ -110,7 +117,7 @@ def test_of_takes_dicts_keeps_ours_and_rejects_other_objects():
         Activity.of("message")  # type: ignore[arg-type]
 
 
-def test_reply_goes_back_to_the_sender():
+def test_reply_goes_back_to_the_sender() -> None:
     incoming = Activity.model_validate(WIRE)
     reply = incoming.reply("hi Ada")
     assert reply.type == "message" and reply.text == "hi Ada"
@@ -119,7 +126,7 @@ def test_reply_goes_back_to_the_sender():
     assert reply.model_dump(by_alias=True, exclude_none=True)["replyToId"] == "act-1"
 
 
-async def test_send_collects_replies_in_order_and_fills_routing():
+async def test_send_collects_replies_in_order_and_fills_routing() -> None:
     ctx = TurnContext(Activity.model_validate(WIRE), state=object())  # type: ignore[arg-type]
     assert ctx.text == "Hello"
     first = await ctx.send("one")
@@ -135,7 +142,7 @@ async def test_send_collects_replies_in_order_and_fills_routing():
     assert third.type == "typing" and third.channel_id == "msteams"
 
 
-async def test_text_is_empty_without_text():
+async def test_text_is_empty_without_text() -> None:
     ctx = TurnContext(Activity(type="event"), state=object())  # type: ignore[arg-type]
     assert ctx.text == ""
 
@@ -170,13 +177,15 @@ GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation"
         ({"channelId": 3}, "channelId"),
     ],
 )
-async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(change, field):
+async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(
+    change, field: str
+) -> None:
     storage = RecordingStorage()
     app = AgentApplication(storage, app_name="bot")
     handled = []
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         handled.append(ctx.text)
 
     with pytest.raises(ActivityError) as info:
@@ -188,6 +197,6 @@ async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_
     assert storage.calls == ["read"] and handled == ["fine"]
 
 
-def test_every_bad_field_is_counted_and_the_first_named():
+def test_every_bad_field_is_counted_and_the_first_named() -> None:
     with pytest.raises(ActivityError, match=r"'type' is invalid: .*\(and 1 more invalid field\)"):
         Activity.of({"type": None, "text": 1})

@@ -51,7 +51,7 @@ def canonical(value: object) -> bytes:
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_falsy_values_are_values(value):
+def test_falsy_values_are_values(value) -> None:
     bucket = UserState()
     bucket["v"] = value
     assert "v" in bucket
@@ -62,13 +62,13 @@ def test_falsy_values_are_values(value):
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_loaded_falsy_values_are_kept(value):
+def test_loaded_falsy_values_are_kept(value) -> None:
     bucket = loaded({"v": value})
     assert bucket.get("v", "default") == value
     assert not bucket.changed
 
 
-def test_dict_interface():
+def test_dict_interface() -> None:
     bucket = loaded({"a": 1, "b": 2})
     bucket.set("c", 3)
     bucket.delete("a")
@@ -86,7 +86,7 @@ def test_dict_interface():
     assert len(bucket) == 0 and bucket.changed
 
 
-def test_data_is_the_live_dict():
+def test_data_is_the_live_dict() -> None:
     bucket = loaded({"a": {"b": 1}})
     bucket.data["a"]["b"] = 2
     assert bucket["a"] == {"b": 2} and bucket.changed
@@ -111,7 +111,7 @@ def test_data_is_the_live_dict():
         {"nested": [{"deep": {3}}]},
     ],
 )
-def test_non_json_values_are_refused_at_set_time(value):
+def test_non_json_values_are_refused_at_set_time(value) -> None:
     bucket = UserState()
     with pytest.raises(StateValueError):
         bucket["v"] = value
@@ -121,7 +121,7 @@ def test_non_json_values_are_refused_at_set_time(value):
     assert isinstance(StateValueError("x"), (TypeError, StateError))
 
 
-def test_non_json_values_slipped_in_place_fail_before_saving():
+def test_non_json_values_slipped_in_place_fail_before_saving() -> None:
     @dataclasses.dataclass
     class Point:
         x: int
@@ -133,12 +133,12 @@ def test_non_json_values_slipped_in_place_fail_before_saving():
             bucket.pending_write()
 
 
-def test_non_str_keys_are_refused():
+def test_non_str_keys_are_refused() -> None:
     with pytest.raises(StateValueError):
         UserState()[1] = "x"  # type: ignore[index]
 
 
-def test_attribute_typos_do_not_silently_vanish():
+def test_attribute_typos_do_not_silently_vanish() -> None:
     bucket = UserState()
     with pytest.raises(AttributeError):
         bucket.name = "Ada"  # type: ignore[attr-defined]
@@ -150,14 +150,14 @@ def test_attribute_typos_do_not_silently_vanish():
         Custom().name = "Ada"  # type: ignore[attr-defined]
 
 
-def test_untouched_and_read_only_buckets_are_unchanged():
+def test_untouched_and_read_only_buckets_are_unchanged() -> None:
     bucket = loaded({"a": {"b": [1, 2]}, "z": 0})
     assert not bucket.changed and bucket.changes() == [] and bucket.pending_write() is None
     assert bucket["a"]["b"][1] == 2 and bucket.get("z") == 0 and list(bucket) == ["a", "z"]
     assert not bucket.changed and bucket.pending_write() is None
 
 
-def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison():
+def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison() -> None:
     """No in-place edit can follow a read of a scalar, so the save skips serializing the
     document: a document another writer stored in its own layout is not rewritten either."""
     raw = b'{ "name" : "Ada",  "visits": 3, "profile": {"langs": ["en"]} }'
@@ -170,7 +170,7 @@ def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison
     assert item is not None and item.value["profile"] == {"langs": ["en", "fr"]}
 
 
-def test_new_empty_bucket_is_unchanged_until_written_to():
+def test_new_empty_bucket_is_unchanged_until_written_to() -> None:
     bucket = UserState("c/users/u")
     assert bucket.get("x") is None and not bucket.changed
     bucket["x"] = 1
@@ -192,7 +192,7 @@ def test_new_empty_bucket_is_unchanged_until_written_to():
         lambda d: d.__setitem__("flag", 0),
     ],
 )
-def test_nested_in_place_edits_are_detected_and_patched(edit):
+def test_nested_in_place_edits_are_detected_and_patched(edit) -> None:
     start = {
         "profile": {"name": "Ada", "langs": ["en"]},
         "history": [{"seen": False}, {"seen": False}],
@@ -209,7 +209,7 @@ def test_nested_in_place_edits_are_detected_and_patched(edit):
     assert canonical(jsonpatch.apply_patch(start, patch)) == canonical(now)
 
 
-def test_changes_do_not_alias_the_live_document():
+def test_changes_do_not_alias_the_live_document() -> None:
     bucket = loaded({})
     bucket["list"] = [1]
     patch = bucket.changes()
@@ -217,14 +217,14 @@ def test_changes_do_not_alias_the_live_document():
     assert patch == [{"op": "add", "path": "/list", "value": [1]}]
 
 
-def test_document_is_a_fresh_copy():
+def test_document_is_a_fresh_copy() -> None:
     bucket = loaded({"a": {"b": 1}})
     copy = bucket.document()
     copy["a"]["b"] = 99
     assert bucket["a"]["b"] == 1 and not bucket.changed
 
 
-def test_mark_saved_moves_the_baseline_and_etag():
+def test_mark_saved_moves_the_baseline_and_etag() -> None:
     bucket = loaded({"n": 1}, etag="7")
     bucket["n"] = 2
     item = bucket.pending_write()
@@ -236,19 +236,19 @@ def test_mark_saved_moves_the_baseline_and_etag():
     assert bucket.pending_write().etag == "8"  # type: ignore[union-attr]
 
 
-def test_mark_saved_needs_a_pending_write():
+def test_mark_saved_needs_a_pending_write() -> None:
     with pytest.raises(StateError):
         loaded({}).mark_saved("2")
 
 
-def test_load_starts_over():
+def test_load_starts_over() -> None:
     bucket = loaded({"n": 1})
     bucket["n"] = 2
     bucket.load(StoreItem({"n": 5}, "9"))
     assert bucket["n"] == 5 and bucket.etag == "9" and not bucket.changed
 
 
-def test_rebase_merges_disjoint_changes():
+def test_rebase_merges_disjoint_changes() -> None:
     bucket = loaded({"plan": "free", "credits": 0, "tags": ["a"]}, etag="1")
     bucket["plan"] = "pro"
     bucket.rebase(StoreItem({"plan": "free", "credits": 10, "tags": ["a"]}, "2"))
@@ -259,7 +259,7 @@ def test_rebase_merges_disjoint_changes():
 
 
 @pytest.mark.parametrize("edit", [lambda d: d.__setitem__("plan", "pro"), lambda d: d.pop("plan")])
-def test_rebase_skips_a_change_both_made(edit):
+def test_rebase_skips_a_change_both_made(edit) -> None:
     bucket = loaded({"plan": "free", "n": 1})
     edit(blind(bucket))
     theirs = snapshot(bucket)
@@ -278,7 +278,7 @@ def test_rebase_skips_a_change_both_made(edit):
         (lambda d: d.pop("plan"), {"plan": "team", "tags": ["a"]}, "/plan"),
     ],
 )
-def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
+def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path: str) -> None:
     bucket = loaded({"plan": "free", "tags": ["a"]})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -288,7 +288,7 @@ def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
     assert snapshot(bucket) == before and bucket.etag == "1"
 
 
-def _rename_draft(d):
+def _rename_draft(d) -> None:
     d["final"] = d.pop("draft")  # an equal value under a new name: a JSON Patch "move"
 
 
@@ -303,7 +303,7 @@ def _rename_draft(d):
         (lambda d: d["draft"].update(t="ours"), {"final": {"t": "old"}, "n": 1}, "/draft/t"),
     ],
 )
-def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
+def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path: str) -> None:
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -313,7 +313,7 @@ def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
     assert snapshot(bucket) == before and bucket.etag == "1"
 
 
-def test_rebase_keeps_a_rename_apart_from_their_changes():
+def test_rebase_keeps_a_rename_apart_from_their_changes() -> None:
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     _rename_draft(blind(bucket))
     bucket.rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
@@ -332,7 +332,7 @@ def test_rebase_keeps_a_rename_apart_from_their_changes():
         (lambda b: len(b), ""),
     ],
 )
-def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
+def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path: str) -> None:
     """Write skew: we decided on `credits` (or everything) that they changed meanwhile."""
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     read(bucket)
@@ -343,7 +343,7 @@ def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
     assert bucket["plan"] == "pro" and bucket.etag == "1"
 
 
-def test_rebase_merges_when_what_this_turn_read_is_untouched():
+def test_rebase_merges_when_what_this_turn_read_is_untouched() -> None:
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     assert bucket.get("plan") == "free" and bucket.get_path(("limits", "weekly")) is not None
     bucket["plan"] = "pro"
@@ -351,7 +351,7 @@ def test_rebase_merges_when_what_this_turn_read_is_untouched():
     assert dict(bucket) == {"plan": "pro", "credits": 10, "limits": {"daily": 1}}
 
 
-def test_two_increments_never_merge_into_one():
+def test_two_increments_never_merge_into_one() -> None:
     first, second = loaded({"n": 1}), loaded({"n": 1})
     first["n"] = first["n"] + 1
     second["n"] = second["n"] + 1
@@ -359,26 +359,26 @@ def test_two_increments_never_merge_into_one():
         second.rebase(StoreItem(first.document(), "2"))
 
 
-def test_rebase_of_an_untouched_bucket_just_loads():
+def test_rebase_of_an_untouched_bucket_just_loads() -> None:
     bucket = loaded({"a": 1})
     bucket.rebase(StoreItem({"a": 2}, "5"))
     assert bucket["a"] == 2 and bucket.etag == "5"
 
 
-def test_temp_is_not_persisted_and_has_no_key():
+def test_temp_is_not_persisted_and_has_no_key() -> None:
     assert TempState.persisted is False and TempState().key is None
     with pytest.raises(ScopeError):
         TempState.key_for(TurnIds(channel_id="c"))
 
 
-def test_scope_names_are_checked_when_the_class_is_made():
+def test_scope_names_are_checked_when_the_class_is_made() -> None:
     with pytest.raises(ScopeError):
 
         class Bad(AgentState):
             scope = "Not An Identifier"
 
 
-def test_model_must_be_a_pydantic_model():
+def test_model_must_be_a_pydantic_model() -> None:
     with pytest.raises(TypeError):
 
         class Bad(AgentState):
@@ -407,7 +407,7 @@ def _containers(node):
 
 
 @given(st.dictionaries(st.text(max_size=3), _json, max_size=5), _edits)
-def test_changes_replay_random_in_place_edits(start, edits):
+def test_changes_replay_random_in_place_edits(start, edits) -> None:
     bucket = loaded(start)
     for pick, action, value in edits:
         containers = list(_containers(bucket.data))
