@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from agent_state import TurnState
+from ag_ui.core import BaseEvent, MessagesSnapshotEvent
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -105,13 +106,13 @@ async def test_agui_server_app_runs_in_process_and_keeps_client_edits(
     app = runpy.run_path(str(EXAMPLES / "agui_server.py"), run_name="agui_server")["app"]
     transport = httpx.ASGITransport(app)
 
-    def run(number, text, state: TurnState):
+    def run(number: int, text: str, state: dict[str, Any]) -> dict[str, Any]:
         message = {"id": f"m{number}", "role": "user", "content": text}
         return {"threadId": "t", "runId": f"r{number}", "state": state, "messages": [message],
                 "tools": [], "context": [], "forwardedProps": {}}  # fmt: skip
 
-    def said(events):
-        return [e for e in events if e.type == "MESSAGES_SNAPSHOT"][-1].messages[-1].content
+    def said(events: Sequence[BaseEvent]) -> object:
+        return [e for e in events if isinstance(e, MessagesSnapshotEvent)][-1].messages[-1].content
 
     async with AGUIClient("http://test/", headers={"X-User": "ada"}, transport=transport) as ada:
         first = await ada.run(run(1, "draft, review", {}))

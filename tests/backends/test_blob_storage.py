@@ -194,7 +194,7 @@ async def test_foreign_blobs_are_not_listed_as_keys(storage: BlobStorage) -> Non
 # --- the name mapping's properties -------------------------------------------------------
 
 segments = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="/\x00"), min_size=1
 ).filter(lambda s: s not in (".", ".."))
 keys = st.lists(segments, min_size=1, max_size=6).map("/".join)
 long_keys = st.tuples(keys, st.integers(300, 1200)).map(lambda t: t[0] + "/" + "Ä" * t[1])
@@ -507,7 +507,7 @@ def test_constructor_errors(options, message: str) -> None:
 # --- batch reads and TTL -----------------------------------------------------------------
 
 
-class HookTransport(AioHttpTransport):
+class HookTransport(AioHttpTransport):  # type: ignore[misc]  # azure-core: an untyped lazy export
     """The SDK's own aiohttp transport, with a hook around each HTTP request (for tests)."""
 
     def __init__(self, **options: Any) -> None:

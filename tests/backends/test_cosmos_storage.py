@@ -45,7 +45,7 @@ SESSION = f"{CONVERSATION}/users/29:1ada"
 USER = "msteams/users/29:1ada"
 
 segment = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00/"), min_size=1
 ).filter(lambda s: s not in (".", ".."))
 keys = st.lists(segment, min_size=1, max_size=6).map("/".join)
 

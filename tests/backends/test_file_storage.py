@@ -26,6 +26,7 @@ from agent_state.backends import (
     FileStorage,
     FormatError,
     InvalidKeyError,
+    Outcomes,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
@@ -42,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("file_worker.py")
 
 segments = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="/\x00"), min_size=1
 ).filter(lambda s: s not in (".", ".."))
 keys = st.lists(st.one_of(segments, segments.map(lambda s: s * 40)), min_size=1, max_size=4).map(
     "/".join
@@ -275,6 +276,7 @@ async def test_a_lock_held_by_another_process_times_out_then_writes_work_again(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     storage = open_storage("file://./store", lock_timeout=0.3)
+    assert isinstance(storage, FileStorage)
     etag = await create(storage, "k/doc", {"v": 1})
     before = storage.path_for("k/doc").read_bytes()
     holder = spawn("hold-lock", str(tmp_path / "store"), "k/doc")
@@ -385,7 +387,7 @@ def test_an_empty_or_unusable_root_is_a_config_error(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StorageConfigError, match="non-empty path"):
-        FileStorage(root)
+        FileStorage(root)  # type: ignore[arg-type]  # the wrong type is the point
     assert os.listdir(tmp_path) == []
 
 
@@ -542,7 +544,7 @@ async def test_a_batch_costs_at_most_one_worker_thread_call(
     found = await storage.read([*keys, "k/missing"])
     assert {key: item.value for key, item in found.items()} == dict.fromkeys(keys, {"n": 0})
     assert calls == []  # reads run in the loop's thread
-    outcomes: dict = {}
+    outcomes: Outcomes = {}
     writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys]
     await storage._write(writes, outcomes)
     assert len(calls) == 1 and set(outcomes) == set(keys)
@@ -565,7 +567,7 @@ async def test_a_batch_syncs_each_file_and_the_folder_once(
         real(fd)
 
     monkeypatch.setattr(os, "fsync", counted)
-    outcomes: dict = {}
+    outcomes: Outcomes = {}
     writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys[:4]]
     await storage._write(writes, outcomes)  # one batch of the store (a commit makes several)
     assert sorted(synced) == ["file"] * 4 + ["folder"]

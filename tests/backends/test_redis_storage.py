@@ -112,7 +112,7 @@ async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
         return {"server": stats.get(f"cmdstat_{command}", {}).get("calls", 0)}
     counts = {}
     for node in storage.client.get_primaries():
-        async with Redis(host=node.host, port=node.port) as raw:
+        async with Redis(host=node.host, port=int(node.port)) as raw:
             stats = await raw.info("commandstats")
         counts[node.name] = stats.get(f"cmdstat_{command}", {}).get("calls", 0)
     return counts
@@ -120,6 +120,13 @@ async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
 
 def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {node: after[node] - before[node] for node in after if after[node] != before[node]}
+
+
+def opened(url: str, **options: float | str) -> RedisStorage:
+    """`open_storage(url)` for a Redis URL: a RedisStorage."""
+    storage = open_storage(url, **options)
+    assert isinstance(storage, RedisStorage)
+    return storage
 
 
 def msg(*, user: str, conversation: str) -> Activity:
@@ -347,7 +354,7 @@ async def flush_scripts(storage: RedisStorage) -> None:
         await storage.client.script_flush()
         return
     for node in storage.client.get_primaries():
-        async with Redis(host=node.host, port=node.port) as raw:
+        async with Redis(host=node.host, port=int(node.port)) as raw:
             await raw.script_flush()
 
 
@@ -427,14 +434,19 @@ async def test_documented_layout(standalone: RedisStorage) -> None:
     etag = (await standalone.write({session: StoreItem({"a": 1})}))[session]
     redis_key = f"{standalone.layout.namespace}:{{teams/conversations/c1}}/users/ada"
     assert standalone.layout.redis_key(session) == redis_key
-    version, envelope = split_stored(await standalone.client.get(redis_key))
+    stored = await standalone.client.get(redis_key)
+    assert isinstance(stored, bytes)
+    split = split_stored(stored)
+    assert split is not None
+    version, envelope = split
     assert version == etag and orjson.loads(envelope)["data"] == {"a": 1}
-    assert (await standalone.client.get(redis_key)).startswith(f"{etag} {{".encode())
+    assert stored.startswith(f"{etag} {{".encode())
 
 
 async def test_namespaces_are_isolated(standalone: RedisStorage) -> None:
     url = os.environ[STANDALONE_URL]
     base = standalone.layout.namespace
+    assert base is not None
     nested = RedisStorage.from_url(url, namespace=f"{base}:inner", write_group=write_group)
     bare = RedisStorage.from_url(url, write_group=write_group)
     try:
@@ -495,7 +507,7 @@ class PrivateServer:
     port: int
     directory: Path
     cluster_port: int | None = None
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def cluster(self) -> bool:
@@ -560,7 +572,8 @@ class PrivateServer:
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def start_private_server(directory: Path, *, cluster: bool) -> PrivateServer:
@@ -661,13 +674,13 @@ async def test_open_storage_parses_redis_urls() -> None:
     await storage.close()
 
     storage = open_storage("redis://127.0.0.1:7000/0?cluster=true", namespace="n")
-    assert isinstance(storage.client, RedisCluster) and storage.cluster
-    assert storage.layout.namespace == "n" and not storage.atomic_batches
+    assert isinstance(storage, RedisStorage) and isinstance(storage.client, RedisCluster)
+    assert storage.cluster and storage.layout.namespace == "n" and not storage.atomic_batches
     await storage.close()
 
 
 async def test_rediss_urls_configure_tls() -> None:
-    storage = open_storage("rediss://example.invalid:6380/0?ssl_cert_reqs=none", timeout=1)
+    storage = opened("rediss://example.invalid:6380/0?ssl_cert_reqs=none", timeout=1)
     pool = storage.client.connection_pool
     assert pool.connection_class is SSLConnection
     assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
@@ -726,7 +739,7 @@ def test_bad_keyword_options_are_refused(options) -> None:
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
-def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster: RedisStorage) -> None:
+def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster: bool) -> None:
     url = f"redis://h:1/0?cluster={str(cluster).lower()}"
     storage = RedisStorage.from_url(url, client_options={"socket_keepalive": False})
     client = storage.client
@@ -739,13 +752,13 @@ def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster: Red
 
 
 async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes() -> None:
-    storage = open_storage("redis://h:1/2?pool_size=7&pool_timeout=1.5&client_name=bot")
+    storage = opened("redis://h:1/2?pool_size=7&pool_timeout=1.5&client_name=bot")
     pool = storage.client.connection_pool
     assert isinstance(pool, BlockingConnectionPool)
     assert (pool.max_connections, pool.timeout) == (7, 1.5)
     assert (pool.connection_kwargs["db"], pool.connection_kwargs["client_name"]) == (2, "bot")
     await storage.close()
-    default = open_storage("redis://h:1/0?timeout=3")
+    default = opened("redis://h:1/0?timeout=3")
     assert (
         default.client.connection_pool.max_connections,
         default.client.connection_pool.timeout,
@@ -754,7 +767,7 @@ async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes() ->
         3.0,
     ), "pool_timeout defaults to timeout"
     await default.close()
-    cluster = open_storage("redis://h:1/0?cluster=true&pool_size=4")
+    cluster = opened("redis://h:1/0?cluster=true&pool_size=4")
     assert cluster.client.nodes_manager.connection_kwargs["max_connections"] == 4
     await cluster.close()
 
@@ -783,20 +796,19 @@ def pooled_url(cluster: bool, **query: object) -> str:
 
 async def connections_named(storage: RedisStorage, name: str) -> int:
     """How many connections on the server (all primaries) carry this client name."""
-    nodes = storage.client.get_primaries() if storage.cluster else [None]
-    total = 0
-    for node in nodes:
-        target = {"target_nodes": node} if node is not None else {}
-        clients = await storage.client.client_list(**target)
-        total += sum(1 for client in clients if client.get("name") == name)
-    return total
+    client = storage.client
+    if isinstance(client, RedisCluster):
+        listed = [await client.client_list(target_nodes=node) for node in client.get_primaries()]
+    else:
+        listed = [await client.client_list()]
+    return sum(1 for clients in listed for each in clients if each.get("name") == name)
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
-async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster: RedisStorage) -> None:
+async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster: bool) -> None:
     """150 concurrent turns on 5 connections (per node): all succeed, none opens a sixth."""
     name = f"pool-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(pooled_url(cluster, pool_size=5, client_name=name))
+    storage = opened(pooled_url(cluster, pool_size=5, client_name=name))
     app = AgentApplication(storage, app_name="bot")
 
     @app.message()
@@ -819,7 +831,7 @@ async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster: RedisSt
 
 
 async def test_a_pool_busy_beyond_pool_timeout_is_unavailable() -> None:
-    storage = open_storage(pooled_url(False, pool_size=1, pool_timeout=0.2))
+    storage = opened(pooled_url(False, pool_size=1, pool_timeout=0.2))
     held = await storage.client.connection_pool.get_connection()
     try:
         start = time.monotonic()
@@ -835,7 +847,7 @@ async def test_a_pool_busy_beyond_pool_timeout_is_unavailable() -> None:
 async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    storage = open_storage(pooled_url(True, pool_size=1, pool_timeout=0.2))
+    storage = opened(pooled_url(True, pool_size=1, pool_timeout=0.2))
     await storage.read(["c/users/a"])  # discover the nodes
     entered, release = asyncio.Event(), asyncio.Event()
     send = storage.client.execute_command

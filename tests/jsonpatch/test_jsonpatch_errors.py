@@ -129,7 +129,7 @@ def test_conflict_names_the_failing_operation(
     """Two good operations run first; the third fails, and the document is left as it was."""
     doc = {"obj": {"k": 1, "t": True}, "arr": [10, 20, 30], "s": "text", "n": None}
     before = snapshot(doc)
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/obj/new", "value": [1]},
         {"op": "remove", "path": "/arr/0"},
         op,

@@ -39,7 +39,7 @@ def test_wire_json_reads_every_field_and_keeps_the_rest() -> None:
     assert activity.recipient.id == "28:bot"
     assert activity.conversation.id == "19:x@thread.v2"
     assert activity.text == "  Hello  " and activity.value == {"action": "vote", "choice": 2}
-    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
+    assert (activity.model_extra or {})["serviceUrl"] == "https://smba.example/"
     assert activity.from_property.model_extra == {"aadObjectId": "00000000-aaaa"}
 
 
@@ -89,9 +89,9 @@ def test_of_accepts_the_agents_sdk_activity_as_it_is() -> None:
         "19:c",
     )
     assert activity.text == "ping" and activity.value == {"k": 1} and activity.id == "a9"
-    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
-    assert activity.from_property.model_extra["aadObjectId"] == "oid"
-    assert activity.conversation.model_extra["isGroup"] is True
+    assert (activity.model_extra or {})["serviceUrl"] == "https://smba.example/"
+    assert (activity.from_property.model_extra or {})["aadObjectId"] == "oid"
+    assert (activity.conversation.model_extra or {})["isGroup"] is True
 
 
 def test_an_sdk_sub_channel_reads_as_the_wire_channel_id() -> None:
@@ -106,7 +106,7 @@ def test_an_sdk_sub_channel_reads_as_the_wire_channel_id() -> None:
     assert sdk.channel_id == "msteams:COPILOT"
     activity = Activity.of(sdk)
     assert activity.channel_id == Activity.of(wire).channel_id == "msteams"
-    assert activity.model_extra["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
+    assert (activity.model_extra or {})["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
 
 
 def test_of_takes_dicts_keeps_ours_and_rejects_other_objects() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from typing import Any
 
 import pytest
 from microsoft_agents.activity import Activity as SdkActivity
@@ -45,7 +46,7 @@ class CountingStorage(MemoryStorage):
 
 
 def msg(
-    text: str = "hi",
+    text: str | None = "hi",
     *,
     user: str = "u1",
     conversation: str = "c1",
@@ -64,7 +65,7 @@ def msg(
     )
 
 
-async def stored(storage: MemoryStorage) -> dict[str, dict]:
+async def stored(storage: MemoryStorage) -> dict[str, dict[str, Any]]:
     keys = [key async for key in storage.list("")]
     return {key: item.value for key, item in (await storage.read(keys)).items()}
 
@@ -412,7 +413,7 @@ async def test_after_turn_returning_false_stops_later_after_hooks_only(
 async def test_a_raising_handler_saves_nothing_and_reaches_the_error_handler(
     app: AgentApplication, storage: CountingStorage
 ) -> None:
-    seen = []
+    seen: list[object] = []
 
     @app.message()
     async def handler(ctx: TurnContext, state: TurnState) -> None:
@@ -514,7 +515,7 @@ async def test_a_save_conflict_propagates_without_the_error_handler(
     bounded, then process raises (the error handler is for the application's own errors)."""
     errors = []
     app.turn_attempts = 3
-    runs = []
+    runs: list[int] = []
 
     @app.message("inner")
     async def inner(ctx: TurnContext, state: TurnState) -> None:
@@ -658,7 +659,7 @@ def registrations(app: AgentApplication):
 
 @pytest.mark.parametrize(
     "function",
-    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],
+    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],  # type: ignore[arg-type]  # refused at run time,
     ids=["function", "lambda", "callable-object", "partial"],
 )
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from typing import Any
 
 import jsonpatch
 import orjson
@@ -30,19 +31,21 @@ from tests.strategies import JSON_SCALARS
 FALSY = [0, 0.0, "", False, [], {}, None]
 
 
-def loaded(document: dict, etag: str = "1") -> UserState:
+def loaded(document: dict[str, Any], etag: str = "1") -> UserState:
     """A user bucket as if read from storage (a fresh copy of `document`)."""
     return UserState("c/users/u", StoreItem(orjson.loads(orjson.dumps(document)), etag))
 
 
-def blind(bucket: AgentState) -> dict:
+def blind(bucket: AgentState) -> dict[str, Any]:
     """The live document without recording a read: these tests exercise the write-write
     rules, which hold whatever a turn read (the read rules have their own tests below)."""
-    return bucket._edited()
+    edited: dict[str, Any] = bucket._edited()
+    return edited
 
 
-def snapshot(bucket: AgentState) -> dict:
-    return orjson.loads(orjson.dumps(bucket._document()))
+def snapshot(bucket: AgentState) -> dict[str, Any]:
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(bucket._document()))
+    return copied
 
 
 def canonical(value: object) -> bytes:
@@ -233,7 +236,7 @@ def test_mark_saved_moves_the_baseline_and_etag() -> None:
     assert bucket.etag == "8" and not bucket.changed and bucket.changes() == []
     bucket["n"] = 3
     assert bucket.changes() == [{"op": "replace", "path": "/n", "value": 3}]
-    assert bucket.pending_write().etag == "8"  # type: ignore[union-attr]
+    assert bucket.pending_write().etag == "8"
 
 
 def test_mark_saved_needs_a_pending_write() -> None:

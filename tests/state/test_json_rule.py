@@ -7,6 +7,7 @@ import datetime
 import decimal
 import enum
 import uuid
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -35,8 +36,8 @@ class Model(BaseModel):
     x: int = 1
 
 
-def nested(depth: int) -> dict:
-    root: dict = {}
+def nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
     node = root
     for _ in range(depth - 1):
         node["a"] = {}
@@ -44,8 +45,8 @@ def nested(depth: int) -> dict:
     return root
 
 
-def cyclic() -> list:
-    items: list = []
+def cyclic() -> list[Any]:
+    items: list[Any] = []
     items.append(items)
     return items
 

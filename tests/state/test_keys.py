@@ -87,7 +87,7 @@ def test_namespace_isolates_keys() -> None:
 @pytest.mark.parametrize("bad", ["", None, 5, "\ud800"])
 def test_bad_ids_are_refused_naming_what(bad: int | str | None) -> None:
     with pytest.raises(InvalidKeyError, match="user id"):
-        user_key("c", bad)
+        user_key("c", bad)  # type: ignore[arg-type]  # the wrong type is the point
 
 
 @pytest.mark.parametrize(

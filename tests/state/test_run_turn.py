@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,7 @@ IDS = TurnIds(channel_id="c", user_id="u", conversation_id="k", app_name="a")
 CONVERSATION = "c/conversations/k"
 
 
-async def stored(storage: Storage, key: str) -> dict | None:
+async def stored(storage: Storage, key: str) -> dict[str, Any] | None:
     item = (await storage.read([key])).get(key)
     return item.value if item is not None else None
 
@@ -91,7 +93,7 @@ async def test_the_backoff_grows_with_the_runs_and_with_how_long_a_run_takes(
         windows.append(high)
         return 0.0
 
-    monkeypatch.setattr(lifecycle.random, "uniform", no_wait)
+    monkeypatch.setattr(random, "uniform", no_wait)  # the module _lifecycle draws from
     storage = MemoryStorage()
 
     async def slow_and_overtaken(state: TurnState, attempt: int) -> None:

@@ -395,6 +395,7 @@ def test_scopes_compute_the_keys_of_the_same_ids_once() -> None:
         @classmethod
         def key_for(cls, ids: TurnIds) -> str:
             calls.append(ids)
+            assert ids.channel_id is not None
             return f"{escape_segment(ids.channel_id)}/counted"
 
     scopes = Scopes([Counted])
