@@ -43,7 +43,7 @@ from agent_state import (
 )
 from agent_state._lifecycle import run_turn, save_buckets
 from agent_state._plan import Plan
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state.backends import MemoryStorage, Outcomes, StoreItem
 
 POOL = 500
 SCENARIO = Scenario("small state, changed, state only", big=False, changes=True, replies=False)
@@ -93,7 +93,7 @@ async def layered() -> dict[str, Turn]:
     async def parts(i: int) -> None:
         plan = scopes.plan(ids_of("parts", i))
         key, bucket, item = bumped(plan, await storage._read(list(plan.keys)))
-        outcomes: dict[str, object] = {}
+        outcomes: Outcomes = {}
         await storage._write([storage._prepare(key, item)], outcomes)
         bucket.mark_saved(str(outcomes[key]))
 
