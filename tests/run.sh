@@ -53,7 +53,7 @@ check_lint_and_types() {  # ruff on the Python tree; mypy --strict on it all, in
   local typed="$RUN_DIR/typed"
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
     --target "$typed" . >/dev/null
-  MYPYPATH="$typed" .venv/bin/mypy --strict --no-incremental -p agent_state tests examples benchmarks
+  MYPYPATH="$typed" .venv/bin/mypy --strict --no-incremental "$typed/agent_state" tests examples benchmarks
 }
 
 install_redis() {
