@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from agent_state import (
     MissingIdError,
     StateConflictError,
     TurnContext,
+    TurnIds,
     TurnState,
     app_key,
     conversation_key,
@@ -26,7 +28,7 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import MemoryStorage, StorageUnavailableError
+from agent_state.backends import MemoryStorage, StorageUnavailableError, StoreItem
 
 
 class CountingStorage(MemoryStorage):
@@ -36,11 +38,17 @@ class CountingStorage(MemoryStorage):
         super().__init__()
         self.reads = self.writes = 0
 
-    async def read(self, keys):
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.reads += 1
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         self.writes += 1
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
@@ -125,7 +133,7 @@ async def test_activity_routes_by_type(app: AgentApplication) -> None:
     assert await app.process(msg("conversationUpdate")) == []
 
 
-async def test_route_takes_sync_and_async_predicates(app: AgentApplication):
+async def test_route_takes_sync_and_async_predicates(app: AgentApplication) -> None:
     @app.route(lambda ctx: ctx.activity.value == {"vote": 1})
     async def on_vote(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send("sync")
@@ -286,7 +294,7 @@ async def test_custom_scopes_are_loaded_and_saved_in_the_same_batch(
         scope = "team"
 
         @classmethod
-        def key_for(cls, ids):
+        def key_for(cls, ids: TurnIds) -> str:
             return f"{ids.channel_id}/teams/all"
 
     app = AgentApplication(storage, app_name="bot", custom_scopes=[TeamState])
@@ -313,7 +321,7 @@ async def test_a_turn_without_a_conversation_cannot_touch_conversation_state(
     errors = []
 
     @app.error
-    async def on_error(ctx: TurnContext, error) -> None:
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(error)
 
     await app.process(Activity(channel_id="test", from_={"id": "u1"}, text="hi"))
@@ -335,7 +343,7 @@ async def test_hooks_run_around_the_handler_and_their_changes_are_saved(
         state["temp:started"] = True
 
     @app.before_turn
-    async def second(ctx: TurnContext, state: TurnState):  # returning None continues
+    async def second(ctx: TurnContext, state: TurnState) -> None:  # returning None continues
         order.append("before-2")
 
     @app.message()
@@ -358,7 +366,7 @@ async def test_before_turn_returning_false_ends_the_turn_and_saves(
     calls = []
 
     @app.before_turn
-    async def gate(ctx: TurnContext, state: TurnState):
+    async def gate(ctx: TurnContext, state: TurnState) -> bool:
         state["user:attempts"] = state.get("user.attempts", 0) + 1
         if ctx.text == "blocked":
             await ctx.send("not allowed")
@@ -394,7 +402,7 @@ async def test_after_turn_returning_false_stops_later_after_hooks_only(
         state["done"] = True
 
     @app.after_turn
-    async def stop(ctx: TurnContext, state: TurnState):
+    async def stop(ctx: TurnContext, state: TurnState) -> bool:
         calls.append("stop")
         return False
 
@@ -453,7 +461,7 @@ async def test_without_an_error_handler_the_exception_propagates(
 async def test_errors_in_hooks_and_selectors_reach_the_error_handler(
     app: AgentApplication, storage: CountingStorage, where: str
 ):
-    def fail(step) -> None:
+    def fail(step: str) -> None:
         if step == where:
             raise ValueError(step)
 
@@ -462,7 +470,7 @@ async def test_errors_in_hooks_and_selectors_reach_the_error_handler(
         state["user:x"] = 1
         fail("before")
 
-    def selector(ctx: TurnContext):
+    def selector(ctx: TurnContext) -> bool:
         fail("selector")
         return True
 
@@ -477,7 +485,7 @@ async def test_errors_in_hooks_and_selectors_reach_the_error_handler(
     errors = []
 
     @app.error
-    async def on_error(ctx: TurnContext, error) -> None:
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(str(error))
 
     assert await app.process(msg()) == []
@@ -491,7 +499,7 @@ async def test_an_error_handler_that_raises_propagates(app: AgentApplication) ->
         raise RuntimeError("first")
 
     @app.error
-    async def on_error(ctx: TurnContext, error) -> None:
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         raise LookupError("second") from error
 
     with pytest.raises(LookupError) as info:
@@ -501,7 +509,7 @@ async def test_an_error_handler_that_raises_propagates(app: AgentApplication) ->
 
 async def test_only_one_error_handler(app: AgentApplication) -> None:
     @app.error
-    async def one(ctx: TurnContext, error) -> None:
+    async def one(ctx: TurnContext, error: Exception) -> None:
         pass
 
     with pytest.raises(ValueError):
@@ -529,7 +537,7 @@ async def test_a_save_conflict_propagates_without_the_error_handler(
         await ctx.send("outer done")
 
     @app.error
-    async def on_error(ctx: TurnContext, error) -> None:
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(error)
 
     await app.process(msg("inner"))  # the conversation exists before both turns read it
@@ -567,18 +575,18 @@ async def test_overlapping_turns_that_change_different_members_both_land(
 
 async def test_storage_errors_on_load_propagate() -> None:
     class DownStorage(MemoryStorage):
-        async def read(self, keys):  # the turn's one read
+        async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:  # the turn's one read
             raise StorageUnavailableError("store is down")
 
     app = AgentApplication(DownStorage(), app_name="bot")
-    called = []
+    called: list[object] = []
 
     @app.message()
     async def handler(ctx: TurnContext, state: TurnState) -> None:
         called.append("handler")
 
     @app.error
-    async def on_error(ctx: TurnContext, error) -> None:
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         called.append(error)
 
     with pytest.raises(StorageUnavailableError, match="store is down"):
@@ -631,7 +639,7 @@ async def test_concurrent_turns_share_no_state(storage: CountingStorage) -> None
 # --- registration checks ---------------------------------------------------------------------
 
 
-def plain(ctx: TurnContext, state: TurnState):
+def plain(ctx: TurnContext, state: TurnState) -> None:
     return None
 
 
@@ -644,11 +652,11 @@ class AsyncCallable:
 
 
 class PlainCallable:
-    def __call__(self, ctx: TurnContext, state: TurnState):
+    def __call__(self, ctx: TurnContext, state: TurnState) -> None:
         return None
 
 
-def registrations(app: AgentApplication):
+def registrations(app: AgentApplication) -> dict[str, Callable[[Any], object]]:
     return {
         "route handler": app.message(),
         "before_turn hook": app.before_turn,
@@ -659,7 +667,7 @@ def registrations(app: AgentApplication):
 
 @pytest.mark.parametrize(
     "function",
-    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],  # type: ignore[arg-type]  # refused at run time,
+    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],  # type: ignore[arg-type]  # refused at run time
     ids=["function", "lambda", "callable-object", "partial"],
 )
 @pytest.mark.parametrize(
@@ -681,7 +689,7 @@ async def test_async_callables_partials_and_methods_are_accepted(
         async def on_message(self, ctx: TurnContext, state: TurnState) -> None:
             await ctx.send("method")
 
-    async def greet(greeting, ctx: TurnContext, state: TurnState) -> None:
+    async def greet(greeting: str, ctx: TurnContext, state: TurnState) -> None:
         await ctx.send(greeting)
 
     app.message("callable")(AsyncCallable("callable"))
