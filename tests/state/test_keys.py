@@ -25,19 +25,19 @@ ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
 
 
 @given(ids)
-def test_segment_is_safe_and_reversible(ident) -> None:
+def test_segment_is_safe_and_reversible(ident: str) -> None:
     segment = escape_segment(ident)
     assert "/" not in segment and segment not in ("", ".", "..") and "\x00" not in segment
     assert unescape_segment(segment) == ident
 
 
 @given(ids, ids)
-def test_distinct_ids_never_share_a_segment(a, b) -> None:
+def test_distinct_ids_never_share_a_segment(a: str, b: str) -> None:
     assert (escape_segment(a) == escape_segment(b)) == (a == b)
 
 
 @given(ids, ids, ids)
-def test_every_key_parses_back_to_its_ids(channel, conversation, user) -> None:
+def test_every_key_parses_back_to_its_ids(channel: str, conversation: str, user: str) -> None:
     assert parse_key(user_key(channel, user)) == ParsedKey("user", channel=channel, user=user)
     assert parse_key(conversation_key(channel, conversation)) == ParsedKey(
         "conversation", channel=channel, conversation=conversation
@@ -51,8 +51,10 @@ def test_every_key_parses_back_to_its_ids(channel, conversation, user) -> None:
 
 
 @given(st.tuples(ids, ids, ids), st.tuples(ids, ids, ids))
-def test_keys_collide_only_for_the_same_scope_and_ids(first, second):
-    def all_keys(c, v, u):
+def test_keys_collide_only_for_the_same_scope_and_ids(
+    first: tuple[str, str, str], second: tuple[str, str, str]
+) -> None:
+    def all_keys(c: str, v: str, u: str) -> list[str]:
         return [user_key(c, u), conversation_key(c, v), session_key(c, v, u), app_key(u)]
 
     for a in all_keys(*first):
@@ -111,14 +113,14 @@ def test_foreign_or_non_canonical_keys_are_refused(key: str) -> None:
 
 
 @given(st.text(st.sampled_from("aZ09-_.:@~/%é \x00"), min_size=1, max_size=12))
-def test_escaping_is_percent_encoding_outside_the_safe_set(ident) -> None:
+def test_escaping_is_percent_encoding_outside_the_safe_set(ident: str) -> None:
     """Ids that need no escaping take a fast path; it must agree with the general one."""
     expected = quote(ident, safe="-_.:@~")
     assert escape_segment(ident) == (expected if expected.strip(".") else "%2E" * len(ident))
 
 
 @given(st.text(st.sampled_from("a./\x00é"), max_size=8))
-def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key) -> None:
+def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key: str) -> None:
     segments = key.split("/")
     if not key or "\x00" in key or any(s in ("", ".", "..") for s in segments):
         with pytest.raises(InvalidKeyError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -53,7 +55,9 @@ class TeamState(AgentState):
         return f"{escape_segment(channel)}/teams/{escape_segment(app)}"
 
 
-async def turn(storage: CountingStorage, ids=IDS, custom=()) -> TurnState:
+async def turn(
+    storage: CountingStorage, ids: TurnIds = IDS, custom: Sequence[type[AgentState]] = ()
+) -> TurnState:
     return await read_turn(storage, ids, Scopes(custom))
 
 
@@ -87,7 +91,7 @@ def test_hostile_ids_stay_inside_their_key() -> None:
         (AppState, ("app_name",)),
     ],
 )
-def test_missing_ids_are_named(cls, missing) -> None:
+def test_missing_ids_are_named(cls: type[AgentState], missing: tuple[str, ...]) -> None:
     ids = TurnIds(channel_id="c", user_id="" if cls is UserState else None)
     with pytest.raises(MissingIdError) as info:
         cls.key_for(ids)
@@ -255,7 +259,7 @@ def test_dotted_paths() -> None:
         lambda s: s.get(""),
     ],
 )
-def test_bad_paths_give_a_clear_error(call) -> None:
+def test_bad_paths_give_a_clear_error(call: Callable[[TurnState], object]) -> None:
     state = TurnState(IDS)
     state.user.data.update(name="Ada", list=[1], none=None)
     with pytest.raises(StatePathError):
@@ -338,8 +342,10 @@ def test_builtin_scope_can_be_replaced_by_a_subclass() -> None:
     assert type(state.user) is Users
 
 
-def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
-    def key_for(cls, ids):
+def _scope(
+    name: str, *, base: type[AgentState] = AgentState, persisted: bool = True, key: str = "k/{name}"
+) -> type[AgentState]:
+    def key_for(cls: type[AgentState], ids: TurnIds) -> str:
         return key.format(name=name)
 
     namespace = {"scope": name, "persisted": persisted, "key_for": classmethod(key_for)}
@@ -360,7 +366,7 @@ def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
         lambda: [dict],
     ],
 )
-def test_clashing_or_broken_custom_scopes_are_refused(customs) -> None:
+def test_clashing_or_broken_custom_scopes_are_refused(customs: Callable[[], list[type]]) -> None:
     with pytest.raises(ScopeError):
         TurnState(IDS, customs())
 
@@ -374,7 +380,7 @@ def test_unknown_scope_and_attribute() -> None:
     assert isinstance(state.temp, TempState)
 
 
-def _item(value):
+def _item(value: dict[str, Any]) -> StoreItem:
     return StoreItem(value, None)
 
 
@@ -509,7 +515,13 @@ async def test_merging_is_bounded_by_retries() -> None:
     class Contended(CountingStorage):
         """Another writer changes the conversation's `other` member before every write."""
 
-        async def write(self, changes, *, ttl=None, unchanged=None):
+        async def write(
+            self,
+            changes: Mapping[str, StoreItem],
+            *,
+            ttl: float | None = None,
+            unchanged: Mapping[str, str | None] | None = None,
+        ) -> dict[str, str]:
             current = (await MemoryStorage.read(self, [CONVERSATION]))[CONVERSATION]
             other = current.value.get("other", 0) + 1
             await MemoryStorage.write(
