@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jsonpatch
@@ -54,7 +55,7 @@ def canonical(value: object) -> bytes:
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_falsy_values_are_values(value) -> None:
+def test_falsy_values_are_values(value: object) -> None:
     bucket = UserState()
     bucket["v"] = value
     assert "v" in bucket
@@ -65,7 +66,7 @@ def test_falsy_values_are_values(value) -> None:
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_loaded_falsy_values_are_kept(value) -> None:
+def test_loaded_falsy_values_are_kept(value: object) -> None:
     bucket = loaded({"v": value})
     assert bucket.get("v", "default") == value
     assert not bucket.changed
@@ -114,7 +115,7 @@ def test_data_is_the_live_dict() -> None:
         {"nested": [{"deep": {3}}]},
     ],
 )
-def test_non_json_values_are_refused_at_set_time(value) -> None:
+def test_non_json_values_are_refused_at_set_time(value: object) -> None:
     bucket = UserState()
     with pytest.raises(StateValueError):
         bucket["v"] = value
@@ -195,7 +196,9 @@ def test_new_empty_bucket_is_unchanged_until_written_to() -> None:
         lambda d: d.__setitem__("flag", 0),
     ],
 )
-def test_nested_in_place_edits_are_detected_and_patched(edit) -> None:
+def test_nested_in_place_edits_are_detected_and_patched(
+    edit: Callable[[dict[str, Any]], object],
+) -> None:
     start = {
         "profile": {"name": "Ada", "langs": ["en"]},
         "history": [{"seen": False}, {"seen": False}],
@@ -262,7 +265,7 @@ def test_rebase_merges_disjoint_changes() -> None:
 
 
 @pytest.mark.parametrize("edit", [lambda d: d.__setitem__("plan", "pro"), lambda d: d.pop("plan")])
-def test_rebase_skips_a_change_both_made(edit) -> None:
+def test_rebase_skips_a_change_both_made(edit: Callable[[dict[str, Any]], object]) -> None:
     bucket = loaded({"plan": "free", "n": 1})
     edit(blind(bucket))
     theirs = snapshot(bucket)
@@ -281,7 +284,9 @@ def test_rebase_skips_a_change_both_made(edit) -> None:
         (lambda d: d.pop("plan"), {"plan": "team", "tags": ["a"]}, "/plan"),
     ],
 )
-def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path: str) -> None:
+def test_rebase_refuses_changes_to_the_same_paths(
+    ours: Callable[[dict[str, Any]], object], theirs: dict[str, Any], path: str
+) -> None:
     bucket = loaded({"plan": "free", "tags": ["a"]})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -291,7 +296,7 @@ def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path: str) -> No
     assert snapshot(bucket) == before and bucket.etag == "1"
 
 
-def _rename_draft(d) -> None:
+def _rename_draft(d: dict[str, Any]) -> None:
     d["final"] = d.pop("draft")  # an equal value under a new name: a JSON Patch "move"
 
 
@@ -306,7 +311,9 @@ def _rename_draft(d) -> None:
         (lambda d: d["draft"].update(t="ours"), {"final": {"t": "old"}, "n": 1}, "/draft/t"),
     ],
 )
-def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path: str) -> None:
+def test_rebase_counts_a_renamed_member_as_changed(
+    ours: Callable[[dict[str, Any]], object], theirs: dict[str, Any], path: str
+) -> None:
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -335,7 +342,9 @@ def test_rebase_keeps_a_rename_apart_from_their_changes() -> None:
         (lambda b: len(b), ""),
     ],
 )
-def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path: str) -> None:
+def test_rebase_refuses_when_they_changed_what_this_turn_read(
+    read: Callable[[UserState], object], path: str
+) -> None:
     """Write skew: we decided on `credits` (or everything) that they changed meanwhile."""
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     read(bucket)
@@ -402,7 +411,7 @@ _edits = st.lists(
 )
 
 
-def _containers(node):
+def _containers(node: dict[str, Any] | list[Any]) -> Iterator[dict[str, Any] | list[Any]]:
     yield node
     for child in node.values() if isinstance(node, dict) else node:
         if isinstance(child, (dict, list)):
@@ -410,7 +419,9 @@ def _containers(node):
 
 
 @given(st.dictionaries(st.text(max_size=3), _json, max_size=5), _edits)
-def test_changes_replay_random_in_place_edits(start, edits) -> None:
+def test_changes_replay_random_in_place_edits(
+    start: dict[str, Any], edits: list[tuple[int, str, Any]]
+) -> None:
     bucket = loaded(start)
     for pick, action, value in edits:
         containers = list(_containers(bucket.data))
