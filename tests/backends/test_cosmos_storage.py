@@ -348,8 +348,8 @@ if os.environ.get(LIVE_ENDPOINT) and os.environ.get(LIVE_KEY):  # opt-in: collec
                 yield harness
 
 
-async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str):
-    # each checks the database and container exist, finds them missing and creates them -> None:
+async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str) -> None:
+    # each checks the database and container exist, finds them missing and creates them:
     # all but one creation meet a 409 from the service, which must not fail the open
     storages = [CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh") for _ in range(4)]
     try:
