@@ -94,7 +94,7 @@ def test_background_job_seeds_an_empty_folder_then_is_idempotent(tmp_path: Path)
 
 async def test_agui_server_app_runs_in_process_and_keeps_client_edits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     import runpy
 
     import httpx

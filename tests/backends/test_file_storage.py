@@ -408,7 +408,7 @@ def test_a_bad_lock_timeout_is_a_config_error(tmp_path: Path, lock_timeout) -> N
     assert not (tmp_path / "store").exists()
 
 
-async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path: Path):
+async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path: Path) -> None:
     root = tmp_path / "store"
     storage = FileStorage(root)
     await storage.write({"k/a": StoreItem({"a": 1})})
@@ -529,7 +529,7 @@ async def test_an_expired_document_under_another_keys_name_is_neither_absent_nor
 
 async def test_a_batch_costs_at_most_one_worker_thread_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     storage = FileStorage(tmp_path)
     keys = [f"k/{i}" for i in range(5)]
     etags = await storage.write({key: StoreItem({"n": 0}, None) for key in keys})

@@ -846,7 +846,7 @@ async def test_a_pool_busy_beyond_pool_timeout_is_unavailable() -> None:
 
 async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(
     monkeypatch: pytest.MonkeyPatch,
-):
+) -> None:
     storage = opened(pooled_url(True, pool_size=1, pool_timeout=0.2))
     await storage.read(["c/users/a"])  # discover the nodes
     entered, release = asyncio.Event(), asyncio.Event()

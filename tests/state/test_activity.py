@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import pytest
 from microsoft_agents.activity import Activity as SdkActivity
 from microsoft_agents.activity import ChannelAccount as SdkAccount
@@ -16,7 +18,7 @@ from agent_state import (
     TurnContext,
     TurnState,
 )
-from agent_state.backends import MemoryStorage
+from agent_state.backends import MemoryStorage, StoreItem
 
 WIRE = {
     "type": "message",
@@ -154,11 +156,17 @@ class RecordingStorage(MemoryStorage):
         super().__init__()
         self.calls: list[str] = []
 
-    async def read(self, keys):
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.calls.append("read")
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         self.calls.append("write")
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
@@ -178,7 +186,7 @@ GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation"
     ],
 )
 async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(
-    change, field: str
+    change: dict[str, object], field: str
 ) -> None:
     storage = RecordingStorage()
     app = AgentApplication(storage, app_name="bot")

@@ -362,7 +362,7 @@ async def test_hooks_run_around_the_handler_and_their_changes_are_saved(
 
 async def test_before_turn_returning_false_ends_the_turn_and_saves(
     app: AgentApplication, storage: CountingStorage
-):
+) -> None:
     calls = []
 
     @app.before_turn
@@ -394,7 +394,7 @@ async def test_before_turn_returning_false_ends_the_turn_and_saves(
 
 async def test_after_turn_returning_false_stops_later_after_hooks_only(
     app: AgentApplication, storage: CountingStorage
-):
+) -> None:
     calls = []
 
     @app.message()
@@ -460,7 +460,7 @@ async def test_without_an_error_handler_the_exception_propagates(
 @pytest.mark.parametrize("where", ["before", "selector", "after"])
 async def test_errors_in_hooks_and_selectors_reach_the_error_handler(
     app: AgentApplication, storage: CountingStorage, where: str
-):
+) -> None:
     def fail(step: str) -> None:
         if step == where:
             raise ValueError(step)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,7 @@ ADA = TurnIds(channel_id="msteams", user_id="29:ada")
 KEY = user_key("msteams", "29:ada")
 
 
-async def seed(storage: CountingStorage, key, value) -> None:
+async def seed(storage: CountingStorage, key: str, value: dict[str, Any]) -> None:
     await storage.write({key: StoreItem(value, None)})
     storage.writes.clear()
 
@@ -77,11 +79,11 @@ async def test_two_concurrent_editors_both_land(storage: CountingStorage) -> Non
     b_has_read, a_done = asyncio.Event(), asyncio.Event()
     runs_b = 0
 
-    async def edit_a(user) -> None:
+    async def edit_a(user: UserState) -> None:
         await b_has_read.wait()
         user["plan"] = "pro"
 
-    async def edit_b(user) -> None:
+    async def edit_b(user: UserState) -> None:
         nonlocal runs_b
         runs_b += 1
         user["credits"] = user["credits"] + 10
@@ -160,7 +162,13 @@ async def test_open_state_creates_when_both_create(storage: CountingStorage) -> 
 class Contended(CountingStorage):
     """Another writer bumps `other` in the user's document just before each write."""
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         current = (await MemoryStorage.read(self, [KEY]))[KEY].value
         current["other"] = current.get("other", 0) + 1
         await MemoryStorage.write(self, {KEY: StoreItem(current, "*")})
@@ -172,7 +180,7 @@ async def test_edit_state_retries_are_bounded() -> None:
     await MemoryStorage.write(storage, {KEY: StoreItem({}, None)})
     runs = 0
 
-    def edit(user) -> None:
+    def edit(user: UserState) -> None:
         nonlocal runs
         runs += 1
         user["mine"] = True

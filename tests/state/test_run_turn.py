@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ async def test_write_skew_never_breaks_the_rule(where: tuple[str, str]) -> None:
         async with open_turn(storage, IDS) as state:
             state[where[0]], state[where[1]] = 1, 1
 
-        def zero(member: str):
+        def zero(member: str) -> Callable[[TurnState, int], Awaitable[None]]:
             async def body(state: TurnState, attempt: int) -> None:
                 a, b = state.get(paths[0]), state.get(paths[1])
                 await asyncio.sleep(0)

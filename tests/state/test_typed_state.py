@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
@@ -79,7 +80,7 @@ def test_data_is_the_model_and_a_new_document_gets_defaults() -> None:
         lambda p: setattr(p, "address", Address(city="Oslo", zip=1)),
     ],
 )
-def test_in_place_model_edits_are_saved_as_a_patch(edit) -> None:
+def test_in_place_model_edits_are_saved_as_a_patch(edit: Callable[[Profile], object]) -> None:
     start = {SCHEMA_FIELD: 2, "name": "Ada", "visits": 1, "tags": [], "address": {"city": ""}}
     bucket = typed(dict(start))
     base = bucket.document()
@@ -132,7 +133,9 @@ def test_explicit_old_version_is_migrated() -> None:
         ({SCHEMA_FIELD: 0}, SCHEMA_FIELD),
     ],
 )
-def test_invalid_stored_documents_name_the_key_and_field(document, field) -> None:
+def test_invalid_stored_documents_name_the_key_and_field(
+    document: dict[str, Any], field: str
+) -> None:
     bucket = typed(document)
     with pytest.raises(StateValidationError) as info:
         _ = bucket.data
@@ -140,7 +143,7 @@ def test_invalid_stored_documents_name_the_key_and_field(document, field) -> Non
     assert KEY in str(info.value) and field in str(info.value)
 
 
-def test_missing_migration_is_a_validation_error():
+def test_missing_migration_is_a_validation_error() -> None:
     class V3(UserState):
         model = Profile
         schema_version = 3
@@ -155,7 +158,7 @@ def test_missing_migration_is_a_validation_error():
     assert V3(KEY, StoreItem({SCHEMA_FIELD: 2, "name": "x"}, "1")).data.name == "x"
 
 
-def test_migrations_run_in_order_and_subclasses_inherit_them():
+def test_migrations_run_in_order_and_subclasses_inherit_them() -> None:
     class V3(ProfileState):
         schema_version = 3
 
