@@ -157,7 +157,7 @@ async def stored_names(store: BlobStorage) -> list[str]:
     ids=["1024-chars", "1024-chars-upper", "1025-chars", "unicode-long", "254-segs", "255-segs"],
 )
 async def test_names_at_the_limits_round_trip_and_are_listed(
-    storage: BlobStorage, key, hashed: bool
+    storage: BlobStorage, key: str, hashed: bool
 ) -> None:
     name = blob_name(key)
     assert is_hashed(name) is hashed
@@ -203,7 +203,7 @@ NAME_ALPHABET = set(string.ascii_lowercase + string.digits + "-_~%:@/!=#")
 
 
 @given(any_keys)
-def test_names_are_lower_case_ascii_within_the_limits(key) -> None:
+def test_names_are_lower_case_ascii_within_the_limits(key: str) -> None:
     name = blob_name(key)
     assert set(name) <= NAME_ALPHABET and name == name.lower()
     assert len(name) <= MAX_NAME_CHARS and name.count("/") < MAX_SEGMENTS
@@ -211,7 +211,7 @@ def test_names_are_lower_case_ascii_within_the_limits(key) -> None:
 
 
 @given(any_keys)
-def test_names_map_back_to_their_key(key) -> None:
+def test_names_map_back_to_their_key(key: str) -> None:
     name = blob_name(key)
     if is_hashed(name):
         assert key_for_name(name) is None
@@ -220,18 +220,18 @@ def test_names_map_back_to_their_key(key) -> None:
 
 
 @given(any_keys, any_keys)
-def test_two_keys_never_share_a_name(a, b) -> None:
+def test_two_keys_never_share_a_name(a: str, b: str) -> None:
     assert (blob_name(a) == blob_name(b)) == (a == b)
 
 
 @given(any_keys, st.data())
-def test_every_prefix_of_a_key_lists_its_blob(key, data) -> None:
+def test_every_prefix_of_a_key_lists_its_blob(key: str, data: st.DataObject) -> None:
     prefix = key[: data.draw(st.integers(0, len(key)))]
     assert blob_name(key).startswith(str(list_prefix(prefix)))
 
 
 @given(keys, keys)
-def test_a_name_prefix_means_a_key_prefix(key, prefix) -> None:
+def test_a_name_prefix_means_a_key_prefix(key: str, prefix: str) -> None:
     if not is_hashed(blob_name(key)) and blob_name(key).startswith(str(list_prefix(prefix))):
         assert key.startswith(prefix)
 
@@ -499,7 +499,7 @@ def test_from_url_without_a_connection_string_says_where_to_put_it(
         ({"account_url": "http://h", "timeout": True}, "timeout must be a number"),
     ],
 )
-def test_constructor_errors(options, message: str) -> None:
+def test_constructor_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(StorageConfigError, match=message):
         BlobStorage("box1", **options)
 
@@ -621,7 +621,7 @@ async def test_reads_are_retried_once_and_conditional_requests_never() -> None:
         create_container=False,
         client_options={"transport": transport},
     )
-    calls = {
+    calls: dict[str, tuple[Callable[[], Awaitable[object]], int]] = {
         "read": (lambda: nowhere.read(["k/a"]), 2),
         "create": (lambda: nowhere.write({"k/a": StoreItem({})}), 1),
         "if-match write": (lambda: nowhere.write({"k/a": StoreItem({}, '"0x1"')}), 1),

@@ -85,7 +85,7 @@ async def item_requests(endpoint: str) -> int:
 
 @settings(max_examples=300, deadline=None)
 @given(keys)
-def test_item_ids_are_valid_and_reversible_where_they_fit(key) -> None:
+def test_item_ids_are_valid_and_reversible_where_they_fit(key: str) -> None:
     ident = item_id(key)
     assert not set(ident) & set("/\\?#") and len(ident) <= MAX_ID_CHARS and ident.isascii()
     assert key_of_id(ident) == key or (key_of_id(ident) is None and ident.startswith("!h"))
@@ -93,12 +93,12 @@ def test_item_ids_are_valid_and_reversible_where_they_fit(key) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(keys, keys)
-def test_two_keys_never_share_an_id(first, second) -> None:
+def test_two_keys_never_share_an_id(first: str, second: str) -> None:
     assert (item_id(first) == item_id(second)) == (first == second)
 
 
 @given(keys)
-def test_partition_values_fit_the_service_limit(group) -> None:
+def test_partition_values_fit_the_service_limit(group: str) -> None:
     value = partition_value(group)
     assert len(value.encode()) <= MAX_PARTITION_KEY_BYTES
     assert value == group or len(group.encode()) > MAX_PARTITION_KEY_BYTES

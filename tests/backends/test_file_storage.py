@@ -12,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -39,6 +41,7 @@ from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_n
 from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("file_worker.py")
 
@@ -62,7 +65,7 @@ def temp_files(root: Path) -> list[str]:
 
 
 @given(keys)
-def test_file_names_are_reversible_short_and_case_free(key) -> None:
+def test_file_names_are_reversible_short_and_case_free(key: str) -> None:
     name = name_for_key(key)
     assert len(name.encode()) <= MAX_NAME_BYTES
     assert name.isascii() and name == name.lower() and "/" not in name
@@ -74,7 +77,7 @@ def test_file_names_are_reversible_short_and_case_free(key) -> None:
 
 
 @given(keys)
-def test_keys_differing_only_in_case_never_share_a_file_name(key) -> None:
+def test_keys_differing_only_in_case_never_share_a_file_name(key: str) -> None:
     other = key.swapcase()
     if other != key:
         assert name_for_key(key).casefold() != name_for_key(other).casefold()
@@ -138,7 +141,7 @@ async def test_hostile_keys_stay_inside_root(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ident", ["x" * 10_000, "🙂" * 10_000])
-async def test_ten_thousand_character_ids(tmp_path: Path, ident) -> None:
+async def test_ten_thousand_character_ids(tmp_path: Path, ident: str) -> None:
     storage = FileStorage(tmp_path)
     key = user_key("chan", ident)
     etag = (await storage.write({key: StoreItem({"v": 1}, None)}))[key]
@@ -402,9 +405,9 @@ def test_the_file_system_root_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("lock_timeout", [-1, float("nan"), float("inf"), "3", True, None])
-def test_a_bad_lock_timeout_is_a_config_error(tmp_path: Path, lock_timeout) -> None:
+def test_a_bad_lock_timeout_is_a_config_error(tmp_path: Path, lock_timeout: object) -> None:
     with pytest.raises(StorageConfigError, match="lock_timeout"):
-        FileStorage(tmp_path / "store", lock_timeout=lock_timeout)
+        FileStorage(tmp_path / "store", lock_timeout=lock_timeout)  # type: ignore[arg-type]  # the point
     assert not (tmp_path / "store").exists()
 
 
@@ -533,10 +536,10 @@ async def test_a_batch_costs_at_most_one_worker_thread_call(
     storage = FileStorage(tmp_path)
     keys = [f"k/{i}" for i in range(5)]
     etags = await storage.write({key: StoreItem({"n": 0}, None) for key in keys})
-    calls = []
+    calls: list[Callable[..., object]] = []
     real = asyncio.to_thread
 
-    async def counted(function, *args, **kwargs):
+    async def counted(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         calls.append(function)
         return await real(function, *args, **kwargs)
 

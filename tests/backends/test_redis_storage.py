@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -97,9 +98,11 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     counter = RoundTrips()
     send = AbstractConnection.send_packed_command
 
-    async def counting(self, command, check_health=True):
+    async def counting(
+        self: AbstractConnection, command: bytes | list[bytes], check_health: bool = True
+    ) -> None:
         counter.count += 1
-        return await send(self, command, check_health)
+        await send(self, command, check_health)
 
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
     return counter
@@ -733,7 +736,7 @@ def test_an_unknown_option_is_refused_by_name_with_the_known_ones() -> None:
 
 
 @pytest.mark.parametrize("options", [{"pool_size": 0}, {"pool_timeout": 0}, {"timeout": "x"}])
-def test_bad_keyword_options_are_refused(options) -> None:
+def test_bad_keyword_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(StorageConfigError):
         RedisStorage.from_url("redis://h/0", **options)
 
@@ -852,7 +855,7 @@ async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(
     entered, release = asyncio.Event(), asyncio.Event()
     send = storage.client.execute_command
 
-    async def held(*args, **kwargs):  # the first call keeps its connection until released
+    async def held(*args: Any, **kwargs: Any) -> Any:  # keeps its connection until released
         entered.set()
         await release.wait()
         return await send(*args, **kwargs)

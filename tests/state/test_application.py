@@ -60,7 +60,7 @@ def msg(
     conversation: str = "c1",
     channel: str = "test",
     type: str = "message",
-    **fields,
+    **fields: Any,
 ) -> Activity:
     return Activity(
         type=type,
@@ -674,7 +674,7 @@ def registrations(app: AgentApplication) -> dict[str, Callable[[Any], object]]:
     "role", ["route handler", "before_turn hook", "after_turn hook", "error handler"]
 )
 def test_a_plain_function_is_refused_at_registration_naming_it(
-    app: AgentApplication, role: str, function
+    app: AgentApplication, role: str, function: Callable[..., object]
 ) -> None:
     with pytest.raises(TypeError, match=f"the {role} .* must be an async function") as info:
         registrations(app)[role](function)

@@ -261,11 +261,12 @@ async def test_set_path_into_a_strict_model_names_the_field(storage: CountingSto
 
 def test_setting_a_field_the_model_lacks_is_a_path_error() -> None:
     state = TurnState(IDS, [ProfileState])
-    for set_it in (
+    setters: tuple[Callable[[], object], ...] = (
         lambda: state.user.__setitem__("nickname", "x"),
         lambda: state.__setitem__("user:nickname", "x"),
         lambda: state.set("user.address.country", "FR"),
-    ):
+    )
+    for set_it in setters:
         with pytest.raises(StatePathError, match="no field"):
             set_it()
     assert state.user.pending_write() is None
