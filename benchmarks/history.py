@@ -35,9 +35,10 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 from unittest import mock
 
-from _support import StubAdapter, free_port, ms_message, server
+from _support import StubAdapter, free_port, ms_get, ms_message, ms_set, server
 from google.adk.events import Event
 from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
@@ -178,15 +179,16 @@ class M365List(System):
             ms.TurnContext(self.adapter, activity)
         )
         history = [message(f"s{i}", i) for i in range(n)]
-        await self.storage.write({key: CachedAgentState({"history": history})})
+        document: dict[str, Any] = {"history": history}  # the SDK annotates StoreItem values
+        await self.storage.write({key: CachedAgentState(document)})
 
     async def turn(self, conv: str, k: int) -> None:
         ctx = ms.TurnContext(self.adapter, self.activities[conv])
         conversation = ms.ConversationState(self.storage)
         await conversation.load(ctx)
-        history = conversation.get_value("history", list)
+        history: list[dict[str, Any]] = ms_get(conversation, "history", [])
         history += [message(f"t{k}u", 0), message(f"t{k}a", 1)]
-        conversation.set_value("history", history)
+        ms_set(conversation, "history", history)
         await conversation.save(ctx)
         last = history[-LAST:]
         assert len(last) <= LAST and last[-1]["id"] == f"t{k}a"

@@ -34,12 +34,19 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .._errors import MissingIdError, StateValidationError
-from .._history import HistoryError
-from .._ids import TurnIds
-from .._lifecycle import open_turn
-from .._runs import Run, RunConflictError, accept_run, literal, open_run
-from .._turn_state import TurnState
+from .. import (
+    HistoryError,
+    MissingIdError,
+    Run,
+    RunConflictError,
+    StateValidationError,
+    TurnIds,
+    TurnState,
+    accept_run,
+    literal,
+    open_run,
+    open_turn,
+)
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
 from ._exposed import ExposedState, M, validation_summary

@@ -37,7 +37,7 @@ TABLE = ErrorMap(
 )
 
 
-def test_the_first_matching_rule_decides():
+def test_the_first_matching_rule_decides() -> None:
     assert TABLE.meaning(PermissionError(13, "denied")) is Meaning.REFUSED
     assert TABLE.meaning(FileNotFoundError(2, "gone")) is Meaning.MISSING
     assert TABLE.meaning(OSError(5, "I/O error")) is Meaning.UNAVAILABLE
@@ -45,7 +45,7 @@ def test_the_first_matching_rule_decides():
     assert TABLE.meaning(KeyError("k")) is None
 
 
-def test_refused_is_a_config_error_and_the_rest_unavailable_with_the_cause_chained():
+def test_refused_is_a_config_error_and_the_rest_unavailable_with_the_cause_chained() -> None:
     refusal = PermissionError(13, "denied")
     with pytest.raises(StorageConfigError, match=r"open x failed: check the rights \(.*denied"):
         with unavailable("open x failed", TABLE):
@@ -56,13 +56,13 @@ def test_refused_is_a_config_error_and_the_rest_unavailable_with_the_cause_chain
     assert isinstance(info.value.__cause__, OSError)
 
 
-def test_an_outcome_the_call_did_not_handle_is_a_failure_of_the_store():
+def test_an_outcome_the_call_did_not_handle_is_a_failure_of_the_store() -> None:
     with pytest.raises(StorageUnavailableError, match="gone"):
         with unavailable("read x failed", TABLE):
             raise FileNotFoundError(2, "gone")
 
 
-def test_unmapped_errors_and_the_projects_own_pass_unchanged():
+def test_unmapped_errors_and_the_projects_own_pass_unchanged() -> None:
     with pytest.raises(KeyError):
         with unavailable("read x failed", TABLE):
             raise KeyError("k")
@@ -71,14 +71,14 @@ def test_unmapped_errors_and_the_projects_own_pass_unchanged():
             raise ConflictError(["k"])
 
 
-def test_a_tuple_of_types_each_means_unavailable():
+def test_a_tuple_of_types_each_means_unavailable() -> None:
     with pytest.raises(StorageUnavailableError, match="list x: .*broken") as info:
         with unavailable("list x", (OSError,)):
             raise BrokenPipeError(32, "broken")
     assert isinstance(info.value.__cause__, BrokenPipeError)
 
 
-async def test_blob_table_reads_azurites_real_errors():
+async def test_blob_table_reads_azurites_real_errors() -> None:
     """The SDK's errors for a missing blob, a failed If-Match and a create over an existing
     blob mean what the Blob backend turns into outcomes."""
     service = BlobServiceClient.from_connection_string(
@@ -114,7 +114,7 @@ async def test_blob_table_reads_azurites_real_errors():
         await service.close()
 
 
-async def test_cosmos_table_reads_the_emulators_real_errors():
+async def test_cosmos_table_reads_the_emulators_real_errors() -> None:
     endpoint, key = emulator_settings()
     name = f"test-{uuid.uuid4().hex}"
     async with raw_container(endpoint, key, name) as container:

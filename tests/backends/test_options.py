@@ -3,6 +3,8 @@ malformed option with a `StorageConfigError` naming it, before any client exists
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from agent_state import open_storage
@@ -12,7 +14,7 @@ from agent_state.backends._options import UrlOptions, count, flag, seconds
 KNOWN = ("name", "on", "wait", "size", "mode")
 
 
-def test_options_are_read_by_type():
+def test_options_are_read_by_type() -> None:
     query = UrlOptions("x", "name=a%20b&on=YES&wait=2.5&size=7&mode=Fast", KNOWN)
     assert query.text("name") == "a b"
     assert query.flag("on") is True
@@ -21,7 +23,7 @@ def test_options_are_read_by_type():
     assert query.text("mode", ("fast", "slow")) == "Fast"
 
 
-def test_an_option_the_url_does_not_give_reads_as_none():
+def test_an_option_the_url_does_not_give_reads_as_none() -> None:
     query = UrlOptions("x", "", KNOWN)
     readers = (query.text, query.flag, query.seconds, query.count)
     assert [read("name") for read in readers] == [None, None, None, None]
@@ -36,7 +38,7 @@ def test_an_option_the_url_does_not_give_reads_as_none():
         ("secret=1", "x:// option 'secret' needs a safer URL"),
     ],
 )
-def test_unknown_repeated_and_refused_options_raise_when_parsed(query, message):
+def test_unknown_repeated_and_refused_options_raise_when_parsed(query: str, message: str) -> None:
     with pytest.raises(StorageConfigError, match=message):
         UrlOptions("x", query, KNOWN, refused={"secret": "needs a safer URL"})
 
@@ -55,13 +57,13 @@ def test_unknown_repeated_and_refused_options_raise_when_parsed(query, message):
         ("size=²", "count", "positive whole number, got '²'"),
     ],
 )
-def test_a_malformed_value_names_its_option(query, read, message):
+def test_a_malformed_value_names_its_option(query: str, read: str, message: str) -> None:
     options = UrlOptions("x", query, KNOWN)
     with pytest.raises(StorageConfigError, match=message):
         getattr(options, read)(query.partition("=")[0])
 
 
-def test_a_value_outside_its_choices_is_refused():
+def test_a_value_outside_its_choices_is_refused() -> None:
     with pytest.raises(StorageConfigError, match="x:// option mode must be fast or slow"):
         UrlOptions("x", "mode=medium", KNOWN).text("mode", ("fast", "slow"))
 
@@ -70,12 +72,14 @@ def test_a_value_outside_its_choices_is_refused():
     "check, value",
     [(flag, "2"), (seconds, True), (seconds, -1.0), (seconds, "x"), (count, True), (count, 1.0)],
 )
-def test_keyword_values_are_checked_like_url_values(check, value):
+def test_keyword_values_are_checked_like_url_values(
+    check: Callable[[str, object], object], value: object
+) -> None:
     with pytest.raises(StorageConfigError, match="^timeout must be"):
         check("timeout", value)
 
 
-def test_keyword_values_of_the_right_type_pass():
+def test_keyword_values_of_the_right_type_pass() -> None:
     assert (flag("f", False), seconds("s", 3), count("c", 4)) == (False, 3.0, 4)
 
 
@@ -87,7 +91,9 @@ def test_keyword_values_of_the_right_type_pass():
         "cosmos://db/c?endpoint=https://h:1&key=a2V5&create=true&create=false",
     ],
 )
-def test_every_backend_refuses_an_option_given_twice(url, monkeypatch):
+def test_every_backend_refuses_an_option_given_twice(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
     option = url.rpartition("&")[2].partition("=")[0]
     with pytest.raises(StorageConfigError, match=f"option '{option}' is given twice"):
@@ -104,7 +110,9 @@ def test_every_backend_refuses_an_option_given_twice(url, monkeypatch):
         ("cosmos://db/c?endpoint=https://h:1&key=a2V5&create=sure", "cosmos:// option create"),
     ],
 )
-def test_every_backend_names_a_malformed_option(url, message, monkeypatch):
+def test_every_backend_names_a_malformed_option(
+    url: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
     with pytest.raises(StorageConfigError, match=message):
         open_storage(url)

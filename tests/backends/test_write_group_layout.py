@@ -28,7 +28,6 @@ from tests.conftest import server_missing
 
 SESSION = "teams/conversations/c1/users/u1"
 CONVERSATION = "teams/conversations/c1"
-DIRECT = dict(write_group=agent_state.write_group)  # how the docs build a storage directly
 
 DirectAndOpened = Callable[[], contextlib.AbstractAsyncContextManager[tuple[Storage, Storage]]]
 
@@ -46,12 +45,14 @@ async def _redis(cluster: bool) -> AsyncIterator[tuple[Storage, Storage]]:
     url = _url(CLUSTER_URL if cluster else STANDALONE_URL)
     namespace = f"t-{uuid.uuid4().hex[:8]}"
     client = (RedisCluster if cluster else Redis).from_url(url)
-    direct = RedisStorage(client, namespace=namespace, owns_client=True, **DIRECT)
+    direct = RedisStorage(
+        client, namespace=namespace, owns_client=True, write_group=agent_state.write_group
+    )
     opened = open_storage(f"{url}?namespace={namespace}&cluster={str(cluster).lower()}")
     try:
         yield direct, opened
     finally:
-        await remove_namespace(direct)  # type: ignore[arg-type]
+        await remove_namespace(direct)
         await direct.close()
         await opened.close()
 
@@ -62,7 +63,7 @@ async def _cosmos() -> AsyncIterator[tuple[Storage, Storage]]:
     endpoint, key = emulator_settings()
     name = f"test-{uuid.uuid4().hex}"
     async with raw_container(endpoint, key, name):
-        direct = CosmosStorage(endpoint, key, DATABASE, name, **DIRECT)
+        direct = CosmosStorage(endpoint, key, DATABASE, name, write_group=agent_state.write_group)
         opened = open_storage(f"cosmos://{DATABASE}/{name}", endpoint=endpoint, credential=key)
         try:
             yield direct, opened
@@ -79,7 +80,9 @@ STORES: dict[str, DirectAndOpened] = {
 
 
 @pytest.mark.parametrize("store", sorted(STORES))
-async def test_a_direct_storage_and_open_storage_read_each_others_keys(store):
+async def test_a_direct_storage_and_open_storage_read_each_others_keys(
+    store: str,
+) -> None:
     async with STORES[store]() as (direct, opened):
         await direct.write({SESSION: StoreItem({"by": "direct"})})
         await opened.write({CONVERSATION: StoreItem({"by": "opened"})})
@@ -101,7 +104,7 @@ async def test_a_direct_storage_and_open_storage_read_each_others_keys(store):
 RULE = r"write_group=: agent_state\.write_group .* or agent_state\.backends\.whole_key"
 
 
-async def test_redis_storage_without_a_write_group_is_refused():
+async def test_redis_storage_without_a_write_group_is_refused() -> None:
     client = Redis.from_url("redis://127.0.0.1:1/0")  # no I/O until a command
     try:
         with pytest.raises(StorageConfigError, match=f"RedisStorage places each key.*{RULE}"):
@@ -116,7 +119,7 @@ async def test_redis_storage_without_a_write_group_is_refused():
         await client.aclose()
 
 
-async def test_cosmos_storage_without_a_write_group_is_refused():
+async def test_cosmos_storage_without_a_write_group_is_refused() -> None:
     with pytest.raises(StorageConfigError, match=f"CosmosStorage places each key.*{RULE}"):
         CosmosStorage("https://127.0.0.1:1", "a2V5", "db", "c")
     with pytest.raises(StorageConfigError, match=RULE):
@@ -129,7 +132,7 @@ async def test_cosmos_storage_without_a_write_group_is_refused():
 
 
 @pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "cosmos://db/c?endpoint=https://h:1"])
-async def test_open_storage_passes_the_key_schemes_rule(url):
+async def test_open_storage_passes_the_key_schemes_rule(url: str) -> None:
     storage = (
         open_storage(url, credential="a2V5") if url.startswith("cosmos") else open_storage(url)
     )

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import pytest
 from microsoft_agents.activity import Activity as SdkActivity
 from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 from pydantic import ValidationError
 
-from agent_state._activity import Activity, ActivityError
-from agent_state._app import AgentApplication
-from agent_state._context import TurnContext
-from agent_state._errors import StateError
-from agent_state.backends import MemoryStorage
+from agent_state import (
+    Activity,
+    ActivityError,
+    AgentApplication,
+    StateError,
+    TurnContext,
+    TurnState,
+)
+from agent_state.backends import MemoryStorage, StoreItem
 
 WIRE = {
     "type": "message",
@@ -28,24 +34,24 @@ WIRE = {
 }
 
 
-def test_wire_json_reads_every_field_and_keeps_the_rest():
+def test_wire_json_reads_every_field_and_keeps_the_rest() -> None:
     activity = Activity.model_validate(WIRE)
     assert (activity.type, activity.id, activity.channel_id) == ("message", "act-1", "msteams")
     assert activity.from_property.id == "29:1abc" and activity.from_property.name == "Ada"
     assert activity.recipient.id == "28:bot"
     assert activity.conversation.id == "19:x@thread.v2"
     assert activity.text == "  Hello  " and activity.value == {"action": "vote", "choice": 2}
-    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
+    assert (activity.model_extra or {})["serviceUrl"] == "https://smba.example/"
     assert activity.from_property.model_extra == {"aadObjectId": "00000000-aaaa"}
 
 
-def test_wire_json_round_trips():
+def test_wire_json_round_trips() -> None:
     dumped = Activity.model_validate(WIRE).model_dump(by_alias=True, exclude_none=True)
     assert dumped == WIRE
 
 
 @pytest.mark.parametrize("sender_arg", ["from_", "from_property"])
-def test_snake_case_construction(sender_arg):
+def test_snake_case_construction(sender_arg: str) -> None:
     activity = Activity(
         channel_id="telegram", conversation={"id": "c1"}, text="hi", **{sender_arg: {"id": "u1"}}
     )
@@ -61,12 +67,12 @@ def test_snake_case_construction(sender_arg):
     }
 
 
-def test_bad_field_types_are_rejected():
+def test_bad_field_types_are_rejected() -> None:
     with pytest.raises(ValidationError):
         Activity.model_validate({"type": "message", "from": "not an account"})
 
 
-def test_of_accepts_the_agents_sdk_activity_as_it_is():
+def test_of_accepts_the_agents_sdk_activity_as_it_is() -> None:
     sdk = SdkActivity(
         type="message",
         id="a9",
@@ -85,12 +91,12 @@ def test_of_accepts_the_agents_sdk_activity_as_it_is():
         "19:c",
     )
     assert activity.text == "ping" and activity.value == {"k": 1} and activity.id == "a9"
-    assert activity.model_extra["serviceUrl"] == "https://smba.example/"
-    assert activity.from_property.model_extra["aadObjectId"] == "oid"
-    assert activity.conversation.model_extra["isGroup"] is True
+    assert (activity.model_extra or {})["serviceUrl"] == "https://smba.example/"
+    assert (activity.from_property.model_extra or {})["aadObjectId"] == "oid"
+    assert (activity.conversation.model_extra or {})["isGroup"] is True
 
 
-def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
+def test_an_sdk_sub_channel_reads_as_the_wire_channel_id() -> None:
     wire = {
         "type": "message",
         "channelId": "msteams",
@@ -102,10 +108,10 @@ def test_an_sdk_sub_channel_reads_as_the_wire_channel_id():
     assert sdk.channel_id == "msteams:COPILOT"
     activity = Activity.of(sdk)
     assert activity.channel_id == Activity.of(wire).channel_id == "msteams"
-    assert activity.model_extra["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
+    assert (activity.model_extra or {})["entities"] == [{"type": "ProductInfo", "id": "COPILOT"}]
 
 
-def test_of_takes_dicts_keeps_ours_and_rejects_other_objects():
+def test_of_takes_dicts_keeps_ours_and_rejects_other_objects() -> None:
     ours = Activity(text="x")
     assert Activity.of(ours) is ours
     assert Activity.of({"type": "event", "channelId": "c"}).channel_id == "c"
@@ -113,7 +119,7 @@ def test_of_takes_dicts_keeps_ours_and_rejects_other_objects():
         Activity.of("message")  # type: ignore[arg-type]
 
 
-def test_reply_goes_back_to_the_sender():
+def test_reply_goes_back_to_the_sender() -> None:
     incoming = Activity.model_validate(WIRE)
     reply = incoming.reply("hi Ada")
     assert reply.type == "message" and reply.text == "hi Ada"
@@ -122,7 +128,7 @@ def test_reply_goes_back_to_the_sender():
     assert reply.model_dump(by_alias=True, exclude_none=True)["replyToId"] == "act-1"
 
 
-async def test_send_collects_replies_in_order_and_fills_routing():
+async def test_send_collects_replies_in_order_and_fills_routing() -> None:
     ctx = TurnContext(Activity.model_validate(WIRE), state=object())  # type: ignore[arg-type]
     assert ctx.text == "Hello"
     first = await ctx.send("one")
@@ -138,7 +144,7 @@ async def test_send_collects_replies_in_order_and_fills_routing():
     assert third.type == "typing" and third.channel_id == "msteams"
 
 
-async def test_text_is_empty_without_text():
+async def test_text_is_empty_without_text() -> None:
     ctx = TurnContext(Activity(type="event"), state=object())  # type: ignore[arg-type]
     assert ctx.text == ""
 
@@ -150,11 +156,17 @@ class RecordingStorage(MemoryStorage):
         super().__init__()
         self.calls: list[str] = []
 
-    async def read(self, keys):
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.calls.append("read")
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         self.calls.append("write")
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
@@ -173,13 +185,15 @@ GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation"
         ({"channelId": 3}, "channelId"),
     ],
 )
-async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(change, field):
+async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_io(
+    change: dict[str, object], field: str
+) -> None:
     storage = RecordingStorage()
     app = AgentApplication(storage, app_name="bot")
     handled = []
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         handled.append(ctx.text)
 
     with pytest.raises(ActivityError) as info:
@@ -191,6 +205,6 @@ async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_
     assert storage.calls == ["read"] and handled == ["fine"]
 
 
-def test_every_bad_field_is_counted_and_the_first_named():
+def test_every_bad_field_is_counted_and_the_first_named() -> None:
     with pytest.raises(ActivityError, match=r"'type' is invalid: .*\(and 1 more invalid field\)"):
         Activity.of({"type": None, "text": 1})

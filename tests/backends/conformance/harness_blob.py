@@ -11,6 +11,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 
@@ -46,7 +47,7 @@ def fresh_container() -> str:
     return f"agent-state-test-{uuid.uuid4().hex[:24]}"
 
 
-async def open_container(connection_string: str, container: str, **options: object) -> BlobStorage:
+async def open_container(connection_string: str, container: str, **options: Any) -> BlobStorage:
     """A storage on a new container, created now; skips or fails the test if unreachable."""
     storage = BlobStorage(
         container, connection_string=connection_string, write_group=write_group, **options

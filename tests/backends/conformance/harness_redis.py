@@ -70,8 +70,11 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
 
     async def get_raw(key: str) -> bytes | None:
         value = await storage.client.get(storage.layout.redis_key(key))
-        stored = split_stored(value) if value is not None else None
-        return stored[1] if stored else value
+        if value is None:
+            return None
+        raw = value.encode() if isinstance(value, str) else value
+        stored = split_stored(raw)
+        return stored[1] if stored else raw
 
     async def open_another() -> RedisStorage:
         others.append(
