@@ -51,7 +51,7 @@ _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
 
 
-class SessionRecord(AgentState):
+class _SessionRecord(AgentState):
     """An ADK session's own document, beside its state bucket: who it belongs to, when it was
     created (a nonce that tells incarnations apart), its revision and last update time."""
 
@@ -65,7 +65,7 @@ class SessionRecord(AgentState):
         return session_key(channel, conversation, user, namespace=ids.namespace) + RECORD_SUFFIX
 
 
-_SCOPES = Scopes([UserState, SessionState, AppState, SessionRecord], include_builtin=False)
+_SCOPES = Scopes([UserState, SessionState, AppState, _SessionRecord], include_builtin=False)
 
 
 class AgentStateSessionService(BaseSessionService):
@@ -116,7 +116,7 @@ class AgentStateSessionService(BaseSessionService):
         for attempt in range(_CREATE_ATTEMPTS):
             try:
                 async with open_turn(self.storage, ids, scopes=_SCOPES) as turn:
-                    record = turn.scope(SessionRecord.scope)
+                    record = turn.scope(_SessionRecord.scope)
                     if len(record):
                         raise AlreadyExistsError(f"Session with id {session_id} already exists.")
                     record.data = {
@@ -140,7 +140,7 @@ class AgentStateSessionService(BaseSessionService):
     ) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
         async with open_turn(self.storage, self._ids(app_name, user_id, session_id), scopes=_SCOPES) as turn:
-            record = turn.scope(SessionRecord.scope).document()
+            record = turn.scope(_SessionRecord.scope).document()
             if not _belongs(record, app_name):
                 return None
             messages = await _messages(turn, config)
@@ -216,7 +216,7 @@ class AgentStateSessionService(BaseSessionService):
         ids = self._ids(session.app_name, session.user_id, session.id)
         try:
             async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
-                record = turn.scope(SessionRecord.scope)
+                record = turn.scope(_SessionRecord.scope)
                 if not _belongs(record.document(), session.app_name):
                     raise SessionNotFoundError(f"Session {session.id} not found.")
                 self._check_fresh(session, record.document())
