@@ -24,5 +24,5 @@ def from_document(key: str, document: dict[str, Any]) -> Any:
     if WRAPPED not in document:
         return document
     if len(document) != 1:
-        raise FormatError(f"document {key!r:.80} has {WRAPPED!r} beside other members")
+        raise FormatError(key, f"has {WRAPPED!r} beside other members")
     return document[WRAPPED]

@@ -9,7 +9,9 @@ from contextvars import ContextVar, Token
 
 Versions = dict[str, "str | None"]
 
-_HELD: ContextVar[tuple[object, Versions] | None] = ContextVar("agent_state_m365_reads", default=None)
+_HELD: ContextVar[tuple[object, Versions] | None] = ContextVar(
+    "agent_state_m365_reads", default=None
+)
 
 
 def current(*, start: bool) -> Versions | None:

@@ -13,9 +13,9 @@ from types import EllipsisType
 from typing import Any, Final
 
 import orjson
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
-from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
@@ -139,7 +139,9 @@ class AgentStateSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
-        async with open_turn(self.storage, self._ids(app_name, user_id, session_id), scopes=_SCOPES) as turn:
+        async with open_turn(
+            self.storage, self._ids(app_name, user_id, session_id), scopes=_SCOPES
+        ) as turn:
             record = turn.scope(_SessionRecord.scope).document()
             if not _belongs(record, app_name):
                 return None
@@ -212,7 +214,7 @@ class AgentStateSessionService(BaseSessionService):
             return event
         stored = _event_json(event)
         deltas = _split(stored.get("actions", {}).get("state_delta") or {})
-        message_id = f"{event.id}~{hashlib.sha256(orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]}"
+        message_id = _message_id(event.id, stored)
         ids = self._ids(session.app_name, session.user_id, session.id)
         try:
             async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
@@ -307,9 +309,7 @@ def _value(items: dict[str, Any], key: str) -> dict[str, Any]:
     return dict(item.value) if item is not None else {}
 
 
-def _merged(
-    session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]
-) -> dict[str, Any]:
+def _merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
     state = dict(session)
     state.update({APP + k: v for k, v in app.items()})
     state.update({USER + k: v for k, v in user.items()})
@@ -366,6 +366,13 @@ def _event_json(event: Event) -> dict[str, Any]:
             k: v for k, v in actions["state_delta"].items() if not k.startswith(TEMP)
         }
     return stored
+
+
+def _message_id(event_id: str, stored: dict[str, Any]) -> str:
+    """The event's history message id: its id and a digest of its content, so an equal event
+    delivered again is found, and another event reusing the id is kept apart."""
+    digest = hashlib.sha256(orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f"{event_id}~{digest[:16]}"
 
 
 def _role(event: Event) -> str:

@@ -89,7 +89,7 @@ class AgentStateStorage(M365Storage):
         if versions is not None:
             versions.update(etags)
 
-    async def delete(self, keys: Iterable[str]) -> None:  # type: ignore[override]
+    async def delete(self, keys: Iterable[str]) -> None:
         """Delete keys (any iterable; missing ones are ignored); a later write of one of them
         in this turn is create-only."""
         ours = self._keys(keys, "delete")

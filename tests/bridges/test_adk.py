@@ -22,12 +22,12 @@ from agent_state.bridges.adk import AgentStateSessionService
 APP, USER = "shop", "ada"
 
 
-def event(author: str = "user", text: str = "hi", **delta: Any) -> Event:
+def event(delta: dict[str, Any] | None = None, *, text: str = "hi", author: str = "user") -> Event:
     return Event(
         invocation_id="inv",
         author=author,
         content=types.Content(role=author, parts=[types.Part(text=text)]),
-        actions=EventActions(state_delta=dict(delta)),
+        actions=EventActions(state_delta=dict(delta or {})),
     )
 
 
@@ -55,7 +55,7 @@ async def test_create_equals_get_and_keys_land_in_our_buckets(storage: Storage) 
 async def test_append_event_writes_state_record_and_history_together(storage: Storage) -> None:
     service = AgentStateSessionService(storage)
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
-    first = event(text="hello", **{"n": 1, "user:visits": 1, "temp:t": "gone"})
+    first = event({"n": 1, "user:visits": 1, "temp:t": "gone"}, text="hello")
     await service.append_event(session, first)
     assert session.last_update_time == first.timestamp
     assert session.state["temp:t"] == "gone", "temp state stays in the invocation's session"
@@ -76,9 +76,9 @@ async def test_a_stale_session_raises_and_writes_nothing(storage: Storage) -> No
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
     other = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert other is not None
-    await service.append_event(other, event(n=1))
+    await service.append_event(other, event({"n": 1}))
     with pytest.raises(StaleSessionError, match="modified in storage"):
-        await service.append_event(session, event(n=99))
+        await service.append_event(session, event({"n": 99}))
     loaded = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert loaded is not None and loaded.state == {"n": 1} and len(loaded.events) == 1
 
@@ -87,7 +87,7 @@ async def read_modify_write(service: BaseSessionService, barrier: asyncio.Barrie
     session = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert session is not None
     await barrier.wait()  # every writer loaded before any appends
-    await service.append_event(session, event(count=session.state.get("count", 0) + 1))
+    await service.append_event(session, event({"count": session.state.get("count", 0) + 1}))
 
 
 async def test_concurrent_appends_lose_updates_in_memory_and_none_on_the_bridge(
@@ -118,13 +118,13 @@ async def test_a_user_key_changed_by_another_writer_is_not_overwritten(storage: 
         app_name=APP, user_id=USER, session_id="s1", state={"user:credits": 10}
     )
     other = await service.create_session(app_name=APP, user_id=USER, session_id="s2")
-    await service.append_event(other, event(**{"user:credits": 11}))
+    await service.append_event(other, event({"user:credits": 11}))
     with pytest.raises(StaleSessionError, match="user:credits"):
-        await service.append_event(session, event(**{"user:credits": 11}))
+        await service.append_event(session, event({"user:credits": 11}))
     assert await service.get_user_state(app_name=APP, user_id=USER) == {"credits": 11}
 
     unchecked = AgentStateSessionService(storage, check_scoped_keys=False)
-    await unchecked.append_event(session, event(**{"user:credits": 20}))
+    await unchecked.append_event(session, event({"user:credits": 20}))
     assert await service.get_user_state(app_name=APP, user_id=USER) == {"credits": 20}
 
 
@@ -140,9 +140,7 @@ async def test_get_session_config_and_redelivered_events(storage: Storage) -> No
     await service.append_event(session, twin)
 
     async def get(config: GetSessionConfig) -> list[Event]:
-        found = await service.get_session(
-            app_name=APP, user_id=USER, session_id="s", config=config
-        )
+        found = await service.get_session(app_name=APP, user_id=USER, session_id="s", config=config)
         assert found is not None
         return found.events
 
@@ -191,7 +189,7 @@ async def test_user_state_is_shared_with_an_agent_state_bot(storage: Storage) ->
 
     service = AgentStateSessionService(storage)
     session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
-    await service.append_event(session, event(**{"user:visits": 1}))
+    await service.append_event(session, event({"user:visits": 1}))
     activity = {
         "type": "message", "channelId": "adk", "text": "hi",
         "from": {"id": USER}, "conversation": {"id": "chat"},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
@@ -44,12 +44,12 @@ async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:
 async def test_an_m365_user_state_is_our_user_bucket(storage: Storage) -> None:
     bridge = AgentStateStorage(storage)
     assert bridge.storage_key("msteams/users/29:ada") == user_key("msteams", "29:ada")
-    await bridge.write({"msteams/users/29:ada": CachedAgentState({"visits": 3})})
+    await bridge.write({"msteams/users/29:ada": CachedAgentState(cast(Any, {"visits": 3}))})
     async with open_turn(storage, TurnIds("msteams", "29:ada")) as state:
         assert state.user["visits"] == 3
         state.user["visits"] = 4
     found = await bridge.read(["msteams/users/29:ada"], target_cls=CachedAgentState)
-    assert found["msteams/users/29:ada"].state == {"visits": 4}
+    assert found["msteams/users/29:ada"].store_item_to_json() == {"visits": 4}
 
 
 async def test_keys_map_one_to_one_and_values_round_trip(storage: Storage) -> None:
@@ -131,7 +131,9 @@ async def test_a_missing_item_is_created_once_and_a_failed_batch_writes_nothing(
         user = found["msteams/users/u"]
         user.value["seen"] += 1
         try:
-            await bridge.write({"msteams/users/u": user, "msteams/conversations/c": Item({"by": n})})
+            await bridge.write(
+                {"msteams/users/u": user, "msteams/conversations/c": Item({"by": n})}
+            )
         finally:
             first_saved.set()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from azure.cosmos.aio import CosmosClient
@@ -44,8 +44,8 @@ class Item(M365StoreItem):
 
 
 WRITTEN: dict[str, M365StoreItem] = {
-    "msteams/users/29:ada": CachedAgentState({"visits": 2}),
-    "msteams/conversations/19:c": CachedAgentState({"topic": "release"}),
+    "msteams/users/29:ada": CachedAgentState(cast(Any, {"visits": 2})),
+    "msteams/conversations/19:c": CachedAgentState(cast(Any, {"topic": "release"})),
     "auth:_SignInState:msteams:29:ada": Item({"active_handler": "graph"}),
     "items/a list": Item([1, {"two": 2}]),
 }
