@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections import OrderedDict
 from types import EllipsisType
 from typing import Any, Final
 
@@ -24,6 +25,7 @@ from pydantic_core import to_jsonable_python
 from agent_state import (
     AgentState,
     AppState,
+    HistoryError,
     Scopes,
     SessionState,
     StateConflictError,
@@ -49,6 +51,9 @@ STALE: Final = (
 )
 _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
+EVENTS_REMEMBERED: Final = 8192
+"""How many decoded events a service keeps (by history message id, whose digest pins the
+content), so loading a session copies events instead of validating each one again."""
 
 
 class _SessionRecord(AgentState):
@@ -98,6 +103,7 @@ class AgentStateSessionService(BaseSessionService):
         self.channel_id = channel_id
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
+        self._events: OrderedDict[str, Event] = OrderedDict()
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -147,7 +153,7 @@ class AgentStateSessionService(BaseSessionService):
                 return None
             messages = await _messages(turn, config)
             turn.discard()
-            events = [Event.model_validate(message["adk_event"]) for message in messages]
+            events = [self._event(message) for message in messages]
             if config is not None and config.after_timestamp is not None:
                 events = _after(events, config.after_timestamp)
             return self._session(turn, record, events)
@@ -222,27 +228,47 @@ class AgentStateSessionService(BaseSessionService):
                 if not _belongs(record.document(), session.app_name):
                     raise SessionNotFoundError(f"Session {session.id} not found.")
                 self._check_fresh(session, record.document())
-                if await turn.history.holds([message_id]):
-                    turn.discard()  # an equal event delivered again: already appended
-                    return event
                 if self.check_scoped_keys:
                     _check_scoped(turn, session, deltas)
+                message = {
+                    "id": message_id, "role": _role(event), "content": _text(stored),
+                    "adk_event": stored,
+                }  # fmt: skip
+                try:  # its one read finds the message id too
+                    await turn.history.append(message)
+                except HistoryError:
+                    if not await turn.history.holds([message_id]):
+                        raise
+                    turn.discard()  # an equal event delivered again: already appended
+                    return event
                 _apply(turn, deltas)
                 record["revision"] = int(record.get("revision", 0)) + 1
                 record["last_update_time"] = event.timestamp
-                await turn.history.append(
-                    {"id": message_id, "role": _role(event), "content": _text(stored),
-                     "adk_event": stored}
-                )  # fmt: skip
                 marker = _marker(record.document())
         except StateConflictError as exc:
             raise StaleSessionError(STALE) from exc
-        await super().append_event(session, event)
+        await super().append_event(session, event)  # applies `temp:` to the session, trims it
+        self._remember(message_id, event.model_copy(deep=True))
         session.last_update_time = event.timestamp
         session._storage_update_marker = marker
         return event
 
     # --- helpers --------------------------------------------------------------------------
+
+    def _event(self, message: dict[str, Any]) -> Event:
+        """The caller's own copy of a history message's event (decoded once per service)."""
+        known = self._events.get(message["id"])
+        if known is None:
+            known = Event.model_validate(message["adk_event"])
+            self._remember(message["id"], known)
+            return known.model_copy(deep=True)
+        self._events.move_to_end(message["id"])
+        return known.model_copy(deep=True)
+
+    def _remember(self, message_id: str, event: Event) -> None:
+        self._events[message_id] = event
+        if len(self._events) > EVENTS_REMEMBERED:
+            self._events.popitem(last=False)
 
     def _namespace(self, app_name: str) -> str | None:
         if not isinstance(app_name, str) or not app_name:
@@ -359,7 +385,8 @@ def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
 
 def _event_json(event: Event) -> dict[str, Any]:
     """The event as stored: JSON, without `temp:` keys in its state delta."""
-    stored: dict[str, Any] = orjson.loads(event.model_dump_json(exclude_none=True, fallback=str))
+    dumped = event.model_dump_json(exclude_none=True, exclude_defaults=True, fallback=str)
+    stored: dict[str, Any] = orjson.loads(dumped)
     actions = stored.get("actions")
     if isinstance(actions, dict) and isinstance(actions.get("state_delta"), dict):
         actions["state_delta"] = {
