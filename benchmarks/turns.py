@@ -220,6 +220,7 @@ async def adk(scenario: Scenario) -> tuple[Turn, None]:
         session = await service.get_session(
             app_name="bench", user_id=f"user-{n}", session_id=f"conv-{n}"
         )
+        assert session is not None
         count = session.state.get("count", 0)
         delta = {"count": count + 1} if scenario.changes else {}
         event = Event(

@@ -155,3 +155,33 @@ async def test_a_state_mirror_follows_the_agui_server_and_a_refusal_raises(
     assert mirror.state is not None
     assert [step["title"] for step in mirror.state["steps"]] == ["notes", "tag"]
     assert mirror.messages[-1]["content"] == "0/2 done; now working on 'notes'."
+
+
+def run_with_sdks(script: str, *args: str, cwd: Path) -> str:
+    """Run a bridge example as its docs do: with its framework's SDK (an extra) installed."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_m365_bot_keeps_both_concurrent_turns_on_our_file_store(tmp_path: Path) -> None:
+    first = run_with_sdks("m365_bot.py", cwd=tmp_path)
+    assert "stored conversation state: {'messages': 2}" in first
+    numbers = [line.rsplit(" ", 1)[1] for line in first.splitlines() if line.startswith("bot: ")]
+    assert sorted(numbers) == ["1", "2"], "each turn saw the other's increment or none"
+    second = run_with_sdks("m365_bot.py", cwd=tmp_path)
+    assert "stored conversation state: {'messages': 4}" in second, "kept across runs"
+
+
+def test_adk_agent_shares_user_state_with_an_agent_state_bot(tmp_path: Path) -> None:
+    out = run_with_sdks("adk_agent.py", "--dir", "store", cwd=tmp_path)
+    assert out.splitlines() == [
+        "agent: visit 1",
+        "agent: visit 2",
+        "bot: visit 3",
+        "user state: {'visits': 3}; the agent's session holds 4 events",
+    ]
+    assert (tmp_path / "store").is_dir()

@@ -43,6 +43,12 @@ PUBLIC_MODULES = {
         "validate_patch",
     ],
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
+    "agent_state.bridges": [],
+    "agent_state.bridges.m365": [
+        "AgentStateStorage", "ImportReport", "TurnQueueMiddleware", "import_m365_blobs",
+        "import_m365_cosmos",
+    ],
+    "agent_state.bridges.adk": ["AgentStateSessionService"],
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RunHaltedError", "RunInputError", "RunInputTooLargeError", "RunRefusedError",
