@@ -97,7 +97,10 @@ class Activity(BaseModel):
             check_storable(activity)
             return activity
         if isinstance(activity, BaseModel):
-            activity = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+            try:
+                activity = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+            except ValueError as exc:  # pydantic refuses too deep a value
+                raise ActivityError("(activity)", f"it has no JSON form: {exc}") from None
         if not isinstance(activity, Mapping):
             raise TypeError(
                 f"expected an Activity, a wire dict or a pydantic activity, not "
@@ -109,7 +112,7 @@ class Activity(BaseModel):
             first, *others = exc.errors(include_url=False)
             field = ".".join(str(part) for part in first["loc"]) or "(activity)"
             raise ActivityError(field, first["msg"], len(others)) from exc
-        check_storable(parsed)
+        check_wire(activity if type(activity) is dict else dict(activity))  # what was kept
         return parsed
 
     def reply(self, text: str | None = None) -> Activity:
@@ -126,15 +129,23 @@ class Activity(BaseModel):
 
 
 def check_storable(activity: Activity) -> None:
-    """Raise `ActivityError` naming the first field of `activity` whose JSON form breaks the
-    storage's JSON rule where a delivery record keeps it (`KEPT_AT`): a lone surrogate, an int
-    beyond 64 bits, a NaN, too deep a nesting. Work is linear in the activity's size."""
+    """`check_wire` of the JSON form of an `Activity` built in Python."""
     try:
         wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except ValueError:  # pydantic refuses too deep a value: let the JSON rule say where
+        wire = activity.model_dump(by_alias=True, exclude_none=True)
+    check_wire(wire)
+
+
+def check_wire(wire: dict[str, Any]) -> None:
+    """Raise `ActivityError` naming the first field of a wire activity that breaks the
+    storage's JSON rule where a delivery record keeps it (`KEPT_AT`): a lone surrogate, an int
+    beyond 64 bits, a NaN, too deep a nesting, a value of no JSON type. Work is linear in the
+    activity's size."""
+    try:
         encode_json(_enclosed(wire))
-    except (ValueError, JsonRuleError):  # pydantic refuses too deep a value with ValueError
-        fields = activity.model_dump(by_alias=True, exclude_none=True)  # no depth limit here
-        for name, value in fields.items():
+    except JsonRuleError:
+        for name, value in wire.items():
             reason = _unstorable(name, value)
             if reason is not None:
                 raise ActivityError(name, reason) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._activity import Activity, check_storable
+from ._activity import Activity, check_wire
 from ._errors import StateClosedError
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ class TurnContext:
         if self.state.closed:
             raise StateClosedError("replies")
         if isinstance(message, str):
+            check_wire({"text": message})  # the rest comes from the checked incoming activity
             reply = self.activity.reply(message)
-            check_storable(reply)
         else:
             reply = Activity.of(message)
             defaults = self.activity.reply()

@@ -321,3 +321,11 @@ async def test_the_deepest_activity_accepted_can_be_echoed_and_kept_in_its_recor
     again = await app.process(deepest)
     assert first[0].value == again[0].value == _nested(251) and handled == [1]
     assert storage.calls == ["read", "write", "read"]
+
+
+def test_an_sdk_activity_the_storage_cannot_keep_is_refused():
+    with pytest.raises(ActivityError) as info:
+        Activity.of(SdkActivity(type="message", value={"n": 2**64}))
+    assert info.value.field == "value"
+    with pytest.raises(ActivityError, match="no JSON form"):
+        Activity.of(SdkActivity(type="message", value=_nested(300)))
