@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 from microsoft_agents.activity import Activity as SdkActivity
@@ -14,11 +17,12 @@ from agent_state import (
     Activity,
     ActivityError,
     AgentApplication,
+    StateClosedError,
     StateError,
     TurnContext,
     TurnState,
 )
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state.backends import FileStorage, MemoryStorage, StoreItem
 
 WIRE = {
     "type": "message",
@@ -129,7 +133,7 @@ def test_reply_goes_back_to_the_sender() -> None:
 
 
 async def test_send_collects_replies_in_order_and_fills_routing() -> None:
-    ctx = TurnContext(Activity.model_validate(WIRE), state=object())  # type: ignore[arg-type]
+    ctx = TurnContext(Activity.model_validate(WIRE), state=_OpenState())  # type: ignore[arg-type]
     assert ctx.text == "Hello"
     first = await ctx.send("one")
     card = Activity(type="event", value={"card": True}, conversation={"id": "elsewhere"})
@@ -208,3 +212,142 @@ async def test_a_malformed_wire_activity_is_refused_naming_the_field_before_any_
 def test_every_bad_field_is_counted_and_the_first_named() -> None:
     with pytest.raises(ActivityError, match=r"'type' is invalid: .*\(and 1 more invalid field\)"):
         Activity.of({"type": None, "text": 1})
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+class RecordingFiles(FileStorage):
+    """FileStorage that records every call that could reach the disk."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.calls: list[str] = []
+
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        self.calls.append("read")
+        return await super().read(keys)
+
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
+        self.calls.append("write")
+        return await super().write(changes, ttl=ttl, unchanged=unchanged)
+
+
+HOSTILE = [
+    pytest.param({"text": json.loads('"hi \\ud800"')}, "text", "surrogates", id="lone-surrogate"),
+    pytest.param({"value": {"n": 2**64}}, "value", "64 bits", id="int-beyond-64-bits"),
+    pytest.param({"value": _nested(300)}, "value", "deeper than 254", id="nesting-300"),
+    pytest.param({"value": _nested(100_000)}, "value", "deeper than 254", id="nesting-100000"),
+    pytest.param({"from": {"id": "u", "name": "\udc00"}}, "from", "surrogates", id="in-a-name"),
+    pytest.param({"channelData": {"\ud800": 1}}, "channelData", "surrogates", id="surrogate-key"),
+    pytest.param({"value": {"x": float("nan")}}, "value", "NaN", id="nan-in-value"),
+    pytest.param({"value": _nested(252)}, "value", "delivery record", id="too-deep-to-keep"),
+]
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+@pytest.mark.parametrize(("change", "field", "reason"), HOSTILE)
+async def test_an_activity_the_storage_cannot_keep_is_refused_before_the_handler_every_time(
+    backend: str, change: dict[str, Any], field: str, reason: str, tmp_path: Path
+) -> None:
+    """Lone surrogates, ints beyond 64 bits, deep nesting, NaN: today the handler runs and
+    the save raises a raw TypeError/ValueError, on every redelivery. Refused at the door now,
+    naming the field, before any read; a redelivery is refused the same way."""
+    storage = RecordingStorage() if backend == "memory" else RecordingFiles(tmp_path)
+    app = AgentApplication(storage, app_name="bot")
+    handled: list[str | None] = []
+
+    @app.message()
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
+        handled.append(ctx.activity.id)
+        state["user:seen"] = state.get("user:seen", 0) + 1
+        await ctx.send(Activity(type="message", value=ctx.activity.value, text=ctx.activity.text))
+
+    hostile = {**GOOD, "id": "a-1", "text": "hi", **change}
+    for _delivery in range(2):
+        with pytest.raises(ActivityError) as info:
+            await app.process(hostile)
+        assert info.value.field == field and reason in info.value.reason
+    assert handled == [] and storage.calls == []
+    assert await app.process({**GOOD, "id": "a-2", "text": "fine"}) != []
+    assert handled == ["a-2"] and storage.calls == ["read", "write"]
+
+
+async def test_a_reply_the_storage_cannot_keep_is_refused_when_sent() -> None:
+    ctx = TurnContext(Activity.model_validate(WIRE), state=_OpenState())  # type: ignore[arg-type]
+    with pytest.raises(ActivityError) as info:
+        await ctx.send("echo \ud800")
+    assert info.value.field == "text"
+    with pytest.raises(ActivityError) as info:
+        await ctx.send({"type": "event", "value": 2**70})
+    assert info.value.field == "value"
+    with pytest.raises(ActivityError) as info:
+        await ctx.send(Activity(type="event", value=_nested(260)))
+    assert info.value.field == "value"
+    assert ctx.replies == []
+
+
+class _OpenState:
+    """What `send` looks at of a turn's state: whether the turn has ended."""
+
+    closed = False
+
+
+async def test_send_after_the_turn_ended_raises_like_state_does() -> None:
+    """Today a reply sent after `process` returned is silently dropped."""
+    app = AgentApplication(MemoryStorage(), app_name="bot")
+    kept: list[TurnContext] = []
+
+    @app.message()
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
+        kept.append(ctx)
+        await ctx.send("in time")
+
+    replies = await app.process({**GOOD, "text": "hi"})
+    assert [reply.text for reply in replies] == ["in time"]
+    with pytest.raises(StateClosedError):
+        await kept[0].send("too late")
+    with pytest.raises(StateClosedError):
+        kept[0].state["user:late"] = 1
+    assert [reply.text for reply in kept[0].replies] == ["in time"]
+
+
+@pytest.mark.parametrize("backend", ["memory", "file"])
+async def test_the_deepest_activity_accepted_can_be_echoed_and_kept_in_its_record(
+    backend: str, tmp_path: Path
+) -> None:
+    """At the limit, a reply echoing the value is kept with the turn, and a redelivery gets
+    it back without running the handler."""
+    storage = RecordingStorage() if backend == "memory" else RecordingFiles(tmp_path)
+    app = AgentApplication(storage, app_name="bot")
+    handled: list[int] = []
+
+    @app.message()
+    async def echo(ctx: TurnContext, state: TurnState) -> None:
+        handled.append(1)
+        state["user:seen"] = True
+        await ctx.send(Activity(type="message", value=ctx.activity.value))
+
+    deepest = {**GOOD, "id": "a-1", "value": _nested(251)}
+    first = await app.process(deepest)
+    again = await app.process(deepest)
+    assert first[0].value == again[0].value == _nested(251) and handled == [1]
+    assert storage.calls == ["read", "write", "read"]
+
+
+def test_an_sdk_activity_the_storage_cannot_keep_is_refused() -> None:
+    with pytest.raises(ActivityError) as info:
+        Activity.of(SdkActivity(type="message", value={"n": 2**64}))
+    assert info.value.field == "value"
+    with pytest.raises(ActivityError, match="no JSON form"):
+        Activity.of(SdkActivity(type="message", value=_nested(300)))

@@ -229,7 +229,7 @@ def test_dotted_paths() -> None:
     state = TurnState(IDS)
     state.set("user.profile.name", "Ada")
     state.set("conversation.count", 0)
-    state.set("user:profile.langs", ["en"])
+    state.set("user.profile.langs", ["en"])
     state.set("topic", "weather")
     assert state.user.data == {"profile": {"name": "Ada", "langs": ["en"]}}
     assert state.get("conversation.count", 5) == 0
@@ -255,7 +255,7 @@ def test_dotted_paths() -> None:
         lambda s: s.get("user.list.first"),
         lambda s: s.set("user.list.9", 1),
         lambda s: s.set("user.none.x", 1),
-        lambda s: s.get("user"),
+        lambda s: s.get("user."),
         lambda s: s.get("user..name"),
         lambda s: s.get(""),
     ],
@@ -265,6 +265,77 @@ def test_bad_paths_give_a_clear_error(call: Callable[[TurnState], object]) -> No
     state.user.data.update(name="Ada", list=[1], none=None)
     with pytest.raises(StatePathError):
         call(state)
+
+
+def test_a_prefixed_key_is_one_member_named_as_is_in_every_form() -> None:
+    """ADK style: `state["user:last.login"]` was found by `[]` and `in` but not by `get`
+    (None) or `delete` (a no-op), which read the dot as a path step."""
+    state = TurnState(IDS)
+    state["user:last.login"] = "monday"
+    assert state.get("user:last.login") == "monday" == state["user:last.login"]
+    assert "user:last.login" in state and state.has("user:last.login")
+    assert state.get("user.last.login") is None, "the path form: member `last`, then `login`"
+    assert state.user.data == {"last.login": "monday"}
+    state.delete("user:last.login")
+    assert "user:last.login" not in state and state.user.data == {}
+    state.set("user:last.login", "tuesday")
+    del state["user:last.login"]
+    assert state.user.data == {}
+
+
+@pytest.mark.parametrize(
+    "key", ["version.2", "topic", "user", "a.b:c", "session:user.x", "app:a:b", "session:", "temp:"]
+)
+def test_every_key_names_the_same_member_in_every_form(key: str) -> None:
+    state = TurnState(IDS)
+    state[key] = 1
+    assert state.get(key) == 1 == state[key] and key in state and state.has(key)
+    assert state.setdefault(key, 2) == 1
+    assert dict(state) == {key: 1}
+    state.delete(key)
+    assert key not in state and state.get(key, "gone") == "gone" and dict(state) == {}
+    assert state.setdefault(key, 3) == 3 and state[key] == 3
+    del state[key]
+    assert not state.has(key)
+
+
+def test_setdefault_update_to_dict_and_dict_of_a_turn_state() -> None:
+    state = TurnState(IDS)
+    assert state.setdefault("user:visits", 0) == 0
+    state["user:visits"] += 1
+    assert state.setdefault("user:visits", 10) == 1
+    state.update({"user:last.login": "monday", "topic": "billing"}, mood="ok")
+    state.update([("app:flag", True), ("temp:x", [1])])
+    state["session:user.x"] = 2  # its plain form would be a path into the user scope
+    state["session:a:b"] = 3
+    expected = {
+        "user:visits": 1,
+        "user:last.login": "monday",
+        "topic": "billing",
+        "mood": "ok",
+        "session:user.x": 2,
+        "session:a:b": 3,
+        "app:flag": True,
+        "temp:x": [1],
+    }
+    assert state.to_dict() == expected and dict(state) == expected
+    assert sorted(state) == sorted(expected) == sorted(state.keys())
+    assert all(state[key] == value for key, value in expected.items())
+    with pytest.raises(StatePathError):
+        state.update({"user:ok": 1, "user.bad": 2})  # a path is no key: nothing is set
+    assert "user:ok" not in state
+    assert dict(TurnState(TurnIds(channel_id="c", user_id="u"))) == {}, "scopes lacking ids"
+
+
+async def test_prefixed_keys_with_dots_round_trip_through_storage(
+    storage: CountingStorage,
+) -> None:
+    state = await turn(storage)
+    state.update({"user:last.login": "monday", "app:a.b": 1})
+    await save(storage, state)
+    again = await turn(storage)
+    assert again.get("user:last.login") == "monday" and again.get("app:a.b") == 1
+    assert again.to_dict() == {"user:last.login": "monday", "app:a.b": 1}
 
 
 def test_path_error_names_where_it_failed() -> None:
