@@ -28,6 +28,7 @@ from ._errors import (
     StateValidationError,
     StateValueError,
 )
+from ._events import add_event_listener
 from ._history import History, HistoryError
 from ._ids import TurnIds
 from ._keys import (
@@ -92,6 +93,7 @@ __all__ = [
     "TurnState",
     "UserState",
     "accept_run",
+    "add_event_listener",
     "app_key",
     "cancel_run",
     "conversation_key",

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from ._bucket import AgentState
 from ._errors import StateConflictError
+from ._events import report
 from ._ids import TurnIds
 from ._plan import Scopes
 from ._queue import TurnQueues
@@ -107,6 +108,8 @@ class ConflictRetries:
         `StateConflictError` (saying how many attempts failed) when `conflict` ends them."""
         number = self.number
         if (not self.rerun and not conflict.retryable) or number == self.retries:
+            if self.rerun:
+                report("given_up", runs=number + 1, scopes=conflict.scopes, keys=conflict.keys)
             raise _given_up(conflict, number + 1, self.rerun) from conflict
         if self.rerun:
             window = max(BACKOFF_BASE, self._clock() - self._started) * 2**number
@@ -140,8 +143,10 @@ async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: 
         try:
             if conflict is not None:
                 await _rebase(storage, buckets, conflict.keys)
+                report("merge", scopes=conflict.scopes, keys=len(conflict.keys))
             return await save_buckets(storage, buckets)
         except StateConflictError as exc:
+            report("conflict", scopes=exc.scopes, keys=len(exc.keys), mergeable=exc.retryable)
             await policy.after(exc)
             conflict = exc
 
@@ -235,6 +240,7 @@ async def run_turn(
                 raise
             contended.update(exc.keys)
             await policy.after(exc)
+            report("rerun", ids, attempt=policy.number + 1, scopes=exc.scopes, keys=len(exc.keys))
 
 
 @asynccontextmanager

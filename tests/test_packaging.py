@@ -23,7 +23,7 @@ PUBLIC_MODULES = {
         "ScopeError", "Scopes", "Selection", "SessionState", "StateClosedError",
         "StateConflictError", "StateError", "StatePathError", "StateValidationError",
         "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState", "UserState",
-        "accept_run", "app_key", "cancel_run", "conversation_key", "edit_state", "escape_segment",
+        "accept_run", "add_event_listener", "app_key", "cancel_run", "conversation_key", "edit_state", "escape_segment",
         "list_conversations", "list_users", "literal", "model_messages", "next_turn", "open_run",
         "open_state", "open_storage", "open_turn", "open_user", "parse_key", "read_state",
         "session_key", "unescape_segment", "user_key", "write_group",
@@ -42,6 +42,8 @@ PUBLIC_MODULES = {
         "validate_patch",
     ],
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
+    "agent_state.cli": ["main"],
+    "agent_state.telemetry": ["instrument", "uninstrument"],
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RunHaltedError", "RunInputError", "RunInputTooLargeError", "RunRefusedError",
