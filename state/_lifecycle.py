@@ -75,6 +75,7 @@ async def save_buckets(storage: Storage, buckets: Iterable[AgentState]) -> None:
         )
     except ConflictError as exc:
         scopes = [(pending[key][0] if key in pending else read[key]).scope for key in exc.keys]
+        report("conflict", scopes=scopes, keys=len(exc.keys))
         raise StateConflictError(exc.keys, scopes=scopes) from exc
     for key, etag in etags.items():
         pending[key][0].mark_saved(etag)
@@ -146,7 +147,6 @@ async def save_merging(storage: Storage, buckets: list[AgentState], *, retries: 
                 report("merge", scopes=conflict.scopes, keys=len(conflict.keys))
             return await save_buckets(storage, buckets)
         except StateConflictError as exc:
-            report("conflict", scopes=exc.scopes, keys=len(exc.keys), mergeable=exc.retryable)
             await policy.after(exc)
             conflict = exc
 
