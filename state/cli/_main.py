@@ -50,10 +50,8 @@ for _name in COMMANDS:
 
 def run(argv: list[str]) -> int:
     """Run the command line; return the exit status (errors are one line on stderr)."""
-    try:
-        cli.main(argv, prog_name="agent-state", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return done.exit_code
+    try:  # not standalone: errors come here; `ctx.exit(n)` and --help return their status
+        status = cli.main(argv, prog_name="agent-state", standalone_mode=False)
     except click.exceptions.Abort:
         return _fail("interrupted", 130)
     except click.UsageError as exc:
@@ -76,7 +74,7 @@ def run(argv: list[str]) -> int:
         return _fail(f"{_line(exc)}: the stored format is not one this version reads", 1)
     except StorageError as exc:
         return _fail(_line(exc), 1)
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 def _line(exc: BaseException) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +89,8 @@ def _scope_class(path: str) -> type[AgentState]:
         raise click.BadParameter(
             "give MODULE:CLASS, e.g. mybot.state:Profile", param_hint="--scope"
         )
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # a bot's own modules, as `python -m` would find them
     try:
         found = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
@@ -119,7 +123,8 @@ async def _migrate(
 ) -> None:
     console = Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    shown = console.is_terminal
+    with Progress(*columns, console=console, transient=True, disable=not shown) as progress:
         task = progress.add_task("migrating", total=None)
         keys: list[str] = []
         async for key in storage.list(prefix):
