@@ -61,7 +61,7 @@ class Summary:
     help="The typed scope class, e.g. mybot.state:Profile (importable from here).",
 )
 @click.option("--prefix", default="", help="Only keys starting with this (e.g. a namespace/).")
-@click.option("--batch", default=200, show_default=True, help="Documents read at a time.")
+@click.option("--batch", default=100, show_default=True, help="Documents read at a time.")
 @click.option("--dry-run", is_flag=True, help="Count what would change; write nothing.")
 @json_option
 @click.pass_context
