@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,13 +100,14 @@ async def test_inspect_a_user_a_conversation_and_a_session(store: str) -> None:
     await seed(store, {ADA: {"_schema": 2, "name": "Ada"}, conversation: {"topic": "t"},
                        session: {"step": 1}})  # fmt: skip
 
-    def inspect(*args: str) -> dict[str, object]:
+    def inspect(*args: str) -> dict[str, Any]:
         result = cli("inspect", *args, "--json", store=store)
         assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)  # type: ignore[no-any-return]
+        found: dict[str, Any] = json.loads(result.stdout)
+        return found
 
     user = inspect("--channel", "msteams", "--user", "29:ada")
-    (document,) = user["documents"]  # type: ignore[misc]
+    (document,) = user["documents"]
     assert document["key"] == ADA and document["document"] == {"_schema": 2, "name": "Ada"}
     assert document["schema_version"] == 2 and document["bytes"] == len(
         '{"_schema":2,"name":"Ada"}'
@@ -113,9 +115,9 @@ async def test_inspect_a_user_a_conversation_and_a_session(store: str) -> None:
     version = (await stored_versions(store, [ADA]))[ADA]
     assert document["version"] == version
     whole = inspect("--channel", "msteams", "--conversation", "19:c")
-    assert [d["key"] for d in whole["documents"]] == [conversation, session]  # type: ignore[attr-defined]
+    assert [d["key"] for d in whole["documents"]] == [conversation, session]
     alone = inspect("--channel", "msteams", "--conversation", "19:c", "--user", "29:ada")
-    assert [d["document"] for d in alone["documents"]] == [{"step": 1}]  # type: ignore[attr-defined]
+    assert [d["document"] for d in alone["documents"]] == [{"step": 1}]
     assert inspect(session) == alone
     pretty = cli("inspect", session, store=store)
     assert json.loads(pretty.stdout) == alone and pretty.stdout.count("\n") > 3
