@@ -24,9 +24,10 @@ PUBLIC_MODULES = {
         "StateConflictError", "StateError", "StatePathError", "StateValidationError",
         "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState", "UserState",
         "accept_run", "add_event_listener", "app_key", "cancel_run", "conversation_key",
-        "edit_state", "escape_segment", "list_conversations", "list_users", "literal", "model_messages", "next_turn", "open_run",
-        "open_state", "open_storage", "open_turn", "open_user", "parse_key", "read_state",
-        "session_key", "unescape_segment", "user_key", "write_group",
+        "edit_state", "escape_segment", "list_conversations", "list_users", "literal",
+        "model_messages", "next_turn", "open_run", "open_state", "open_storage", "open_turn",
+        "open_user", "parse_key", "read_state", "session_key", "unescape_segment", "user_key",
+        "write_group",
     ],
     "agent_state.backends": [
         "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",
