@@ -118,3 +118,39 @@ async def test_uninstrumented_the_methods_are_the_originals_again() -> None:
     assert Storage.read is not originals[0]
     uninstrument()
     assert (Storage.read, Storage.write, Storage.delete, AgentApplication.process) == originals
+
+
+async def test_an_agui_run_is_a_span_around_its_storage_calls(telemetry: Telemetry) -> None:
+    import httpx
+    from pydantic import BaseModel
+    from starlette.requests import Request
+
+    from agent_state.agui import AgentRun, AGUIEndpoint
+
+    class Board(BaseModel):
+        count: int = 0
+
+    async def agent(run: AgentRun[Board]) -> None:
+        run.state.count += 1
+        await run.say("counted")
+
+    def user(request: Request) -> str:
+        return "ada"
+
+    endpoint = AGUIEndpoint(agent, storage=MemoryStorage(), state=Board, authenticate=user)
+    question = {"id": "m1", "role": "user", "content": "hi"}
+    body = {"threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
+            "messages": [question], "forwardedProps": {}}  # fmt: skip
+    transport = httpx.ASGITransport(app=endpoint)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agui.test") as client:
+        reply = await client.post("/", json=body, headers={"accept": "text/event-stream"})
+    assert reply.status_code == 200 and "RUN_FINISHED" in reply.text
+
+    spans = telemetry.spans.get_finished_spans()
+    (run,) = [span for span in spans if span.name == "agent_state.agui.run"]
+    assert run.parent is None and dict(run.attributes or {}) == {"http.request.method": "POST"}
+    storage = [span for span in spans if span is not run]
+    assert storage and all(span.name.startswith("agents.storage.") for span in storage)
+    assert all(span.parent is not None and span.parent.span_id == run.context.span_id
+               for span in storage)  # fmt: skip
+    assert {span.name for span in storage} == {"agents.storage.read", "agents.storage.write"}
