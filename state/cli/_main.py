@@ -55,8 +55,8 @@ def run(argv: list[str]) -> int:
     except click.exceptions.Abort:
         return _fail("interrupted", 130)
     except click.UsageError as exc:
-        where = f"agent-state {exc.ctx.command_path.split(' ', 1)[-1]}" if exc.ctx else ""
-        hint = f" (see '{where} --help')" if exc.ctx and exc.ctx.parent else " (see --help)"
+        command = exc.ctx.command_path if exc.ctx is not None and exc.ctx.parent else None
+        hint = f" (see '{command} --help')" if command else " (see --help)"
         return _fail(exc.format_message() + hint, 2)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)

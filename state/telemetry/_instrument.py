@@ -80,7 +80,8 @@ class _Installed:
         if event == "conflict":
             turn.conflict = True
         elif event == "rerun":
-            turn.attempt = int(str(fields["attempt"]))
+            attempt = fields["attempt"]
+            turn.attempt = attempt if isinstance(attempt, int) else turn.attempt + 1
             turn.read.clear()  # the scopes of the run that counts
             turn.written.clear()
         elif event == "merge":
