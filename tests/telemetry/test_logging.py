@@ -124,3 +124,24 @@ async def test_listeners_get_every_event_until_removed() -> None:
     assert [event for event, _ in seen] == ["conflict", "rerun"]
     await contended_app(storage, 1).process(message())
     assert len(seen) == 2
+
+
+async def test_a_dead_writers_commit_settled_by_a_reader_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import time
+
+    from agent_state.backends import _commit_contract as contract
+
+    storage = MemoryStorage()
+    await contract._create_both(storage)
+    commit_id, _ = await contract._plant(storage, recorded=True, fate=None,
+                                         deadline=time.time() - 1)  # fmt: skip
+    caplog.set_level(logging.INFO, logger="agent_state")
+    stored = await storage.read(contract.KEYS)
+    assert [stored[key].value for key in contract.KEYS] == [{"v": 0}] * 2
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("agent_state.")]
+    assert messages == [
+        f"aborted 1 commit(s) past their deadline: [{commit_id!r}]",
+        f"putting back 2 document(s) of aborted commits: {contract.KEYS!r}",
+    ]
