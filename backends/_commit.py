@@ -132,7 +132,9 @@ async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
                     overdue.add(intent.commit)
         if overdue:
             await _create_records(storage, overdue, ABORTED, ABORTED_RECORD_TTL)
+            _log.info("aborted %d commit(s) past their deadline: %s", len(overdue), sorted(overdue))
         if undo:
+            _log.info("putting back %d document(s) of aborted commits: %s", len(undo), list(undo))
             restored = await _put_back(storage, undo)
             again += [key for key in undo if key not in restored]
             for key, item in restored.items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,6 +107,19 @@ class Sampled:
         a slow spell of the shared machine or the server hits both sides of each ratio."""
         pairs = zip(self.samples, other.samples, strict=True)
         return statistics.median(mine[0] / theirs[0] for mine, theirs in pairs)
+
+
+def install_revision(rev: str, into: Path) -> Path:
+    """`rev` of this repository, installed (without dependencies) into `into`: put the path
+    it returns first on PYTHONPATH to run that version instead of this tree."""
+    source = into / "source"
+    source.mkdir()
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    target = into / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(target), str(source)], check=True)
+    return target
 
 
 def round_order(rows: list[R], number: int) -> list[R]:

@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _support import install_revision
+
 BASELINE = "86dd04a"
 """The last commit before the turn-transactions work (issue 9)."""
 SCENARIOS = {
@@ -85,18 +86,6 @@ async def _serve(backend: str, buckets: int) -> None:
         print(done / (clock() - started), flush=True)
 
 
-def _install(rev: str, into: Path) -> Path:
-    """`rev` of this repository, installed (without dependencies) into `into`."""
-    source = into / "source"
-    source.mkdir()
-    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
-    target = into / "site"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run([*pip, "--target", str(target), str(source)], check=True)
-    return target
-
-
 def _worker(scenario: str, path: Path | None) -> subprocess.Popen[str]:
     env = dict(os.environ)
     if path is not None:  # the earlier version first on the path, ahead of this tree
@@ -126,7 +115,7 @@ def main() -> None:
         asyncio.run(_serve(args.worker[0], int(args.worker[1])))
         return
     with tempfile.TemporaryDirectory() as folder:
-        earlier = _install(args.rev, Path(folder))
+        earlier = install_revision(args.rev, Path(folder))
         if _version(earlier) == _version(None):
             raise SystemExit("the earlier version does not shadow this tree's install")
         print(f"agent-state at {args.rev} vs this tree; medians of {args.rounds} interleaved")

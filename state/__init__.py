@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         StateValidationError,
         StateValueError,
     )
+    from ._events import add_event_listener
     from ._history import History, HistoryError
     from ._ids import TurnIds
     from ._keys import (
@@ -103,6 +104,7 @@ _HOMES = {
     "TurnState": "._turn_state",
     "UserState": "._scopes",
     "accept_run": "._runs",
+    "add_event_listener": "._events",
     "app_key": "._keys",
     "cancel_run": "._runs",
     "conversation_key": "._keys",
@@ -160,6 +162,7 @@ __all__ = [
     "TurnState",
     "UserState",
     "accept_run",
+    "add_event_listener",
     "app_key",
     "cancel_run",
     "conversation_key",

@@ -39,6 +39,7 @@ class ActivityError(StateError, ValueError):
     def __init__(self, field: str, reason: str, others: int = 0) -> None:
         self.field = field
         self.reason = reason
+        self.others = others
         more = f" (and {others} more invalid field{'s' if others > 1 else ''})" if others else ""
         super().__init__(f"activity field {field!r} is invalid: {reason}{more}")
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ._activity import Activity
+from ._activity import Activity, ActivityError
 from ._bucket import AgentState
 from ._context import TurnContext
 from ._delivery import (
@@ -27,6 +27,7 @@ from ._delivery import (
     recorded_replies,
     remember,
 )
+from ._events import report
 from ._ids import TurnIds
 from ._keys import activity_key
 from ._lifecycle import TURN_ATTEMPTS, run_turn
@@ -151,7 +152,11 @@ class AgentApplication:
         """Run one turn for `activity` (ours, a wire dict or an Agents SDK activity) and
         return the replies it sent. A malformed activity raises `ActivityError` naming the
         field, before anything is read."""
-        activity = Activity.of(activity)
+        try:
+            activity = Activity.of(activity)
+        except ActivityError as exc:
+            report("refused", field=exc.field, others=exc.others)
+            raise
         sender, conversation = activity.from_property, activity.conversation
         ids = self._ids(
             activity.channel_id,
@@ -168,6 +173,7 @@ class AgentApplication:
             if record is not None:
                 first = recorded_replies(record, activity)
                 if first is not None:  # a redelivery: the first processing's outcome
+                    report("redelivery", ids, activity=activity.id, replies=len(first))
                     state.discard()
                     return first
             ctx = TurnContext(activity, state, attempt)

@@ -19,6 +19,7 @@ from typing import TypeVar
 from ._bucket import AgentState
 from ._document import Document
 from ._errors import StateConflictError
+from ._events import report
 from ._ids import TurnIds
 from ._plan import Scopes
 from ._queue import TurnQueues
@@ -83,6 +84,7 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
         )
     except ConflictError as exc:
         scopes = [(pending[key][0] if key in pending else read[key]).kind for key in exc.keys]
+        report("conflict", scopes=scopes, keys=len(exc.keys))
         raise StateConflictError(exc.keys, scopes=scopes) from exc
     for key, etag in etags.items():
         pending[key][0].mark_saved(etag)
@@ -116,6 +118,8 @@ class ConflictRetries:
         `StateConflictError` (saying how many attempts failed) when `conflict` ends them."""
         number = self.number
         if (not self.rerun and not conflict.retryable) or number == self.retries:
+            if self.rerun:
+                report("given_up", runs=number + 1, scopes=conflict.scopes, keys=conflict.keys)
             raise _given_up(conflict, number + 1, self.rerun) from conflict
         if self.rerun:
             window = max(BACKOFF_BASE, self._clock() - self._started) * 2**number
@@ -149,6 +153,7 @@ async def save_merging(storage: Storage, documents: list[Document], *, retries: 
         try:
             if conflict is not None:
                 await _rebase(storage, documents, conflict.keys)
+                report("merge", scopes=conflict.scopes, keys=len(conflict.keys))
             return await save_documents(storage, documents)
         except StateConflictError as exc:
             await policy.after(exc)
@@ -244,6 +249,7 @@ async def run_turn(
                 raise
             contended.update(exc.keys)
             await policy.after(exc)
+            report("rerun", ids, attempt=policy.number + 1, scopes=exc.scopes, keys=len(exc.keys))
 
 
 @asynccontextmanager

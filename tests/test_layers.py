@@ -42,7 +42,10 @@ LAYERS = {
         Layer("agent_state.agui", _TOP, public_only=True),
         Layer("agent_state.bridges", _TOP, public_only=True),
         Layer("agent_state.cli", _TOP, public_only=True),
-        Layer("agent_state.telemetry", _TOP, public_only=True),
+        # `python -m agent_state` is the command line's second door
+        Layer("agent_state.__main__", frozenset({"agent_state.cli"}), public_only=True),
+        # telemetry wraps the public doors it measures, the AG-UI endpoint among them
+        Layer("agent_state.telemetry", _TOP | {"agent_state.agui"}, public_only=True),
     ]
 }
 

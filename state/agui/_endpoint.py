@@ -229,6 +229,7 @@ class AGUIEndpoint(Generic[M]):
 
 
 def _refusal(status: int, detail: str) -> JSONResponse:
+    log.info("run refused: status=%d", status)  # the detail may quote the input: not logged
     return JSONResponse({"detail": detail}, status_code=status)
 
 
