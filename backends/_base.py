@@ -24,7 +24,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TypeVar
 
-from ._commit import INTENT, RECORDS, commit, read_settled
+from ._commit import INTENT, RECORDS, SYSTEM_CLOCK, Clock, commit, read_settled
 from ._envelope import dump_data
 from ._errors import (
     ConflictError,
@@ -109,6 +109,9 @@ class Storage(ABC):
 
     intent_timeout: float = 5.0
     """Seconds a commit across atomic units may take before readers abort it (`_commit`)."""
+
+    clock: Clock = SYSTEM_CLOCK
+    """The clocks commits and their readers read (tests give a store other ones)."""
 
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -55,6 +55,21 @@ ANY_RETRIES: Final = 10
 """How often a batch whose only conflicts were unconditional writes is committed again."""
 
 _log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    """The clocks the protocol reads (`Storage.clock`; the `time` module by default)."""
+
+    def time(self) -> float:
+        """Unix time: deadlines and expiries, which other processes compare with theirs."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on this process's steady clock: how long a reader has waited."""
+        ...
+
+
+SYSTEM_CLOCK: Final[Clock] = time
 _INTENT_BYTES = orjson.dumps(INTENT)
 
 
@@ -115,7 +130,7 @@ async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
         if not intents:
             return
         fates = await _fates(storage, intents.values())
-        now = time.time()
+        now = storage.clock.time()
         again, undo, overdue = [], {}, set()
         for key, intent in intents.items():
             fate = fates.get(intent.commit)
@@ -181,7 +196,7 @@ async def _commit_once(
         return False
     commit_id = uuid.uuid4().hex
     recorded = len({p.group if storage.atomic_groups else p.key for p in writes}) > 1
-    deadline = time.time() + storage.intent_timeout
+    deadline = storage.clock.time() + storage.intent_timeout
     intents = [_intent(storage, w, current.get(w.key), commit_id, recorded, deadline)
                for w in writes]  # fmt: skip
     placed: Outcomes = {}
@@ -239,7 +254,7 @@ def _intent(
     deadline: float,
 ) -> PreparedWrite:
     """The intent replacing `write.key`'s document, conditional on the version read."""
-    expires_at = time.time() + write.ttl if write.ttl is not None else None
+    expires_at = storage.clock.time() + write.ttl if write.ttl is not None else None
     head = orjson.dumps(
         {"id": commit_id, "record": recorded, "deadline": deadline, "expires_at": expires_at}
     )
