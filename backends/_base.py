@@ -108,7 +108,8 @@ class Storage(ABC):
     """True where the store applies the keys of one write group in one atomic step."""
 
     intent_timeout: float = 5.0
-    """Seconds a commit across atomic units may take before readers abort it (`_commit`)."""
+    """Seconds a commit across atomic units may take before readers abort it (`_commit`): a
+    reader waits for it at most this long on its own clock, whatever the writer's says."""
 
     clock: Clock = SYSTEM_CLOCK
     """The clocks commits and their readers read (tests give a store other ones)."""
@@ -148,7 +149,8 @@ class Storage(ABC):
         """Write a batch conditionally; return each key's new etag.
 
         All or nothing on every backend: `ConflictError` names the keys whose precondition
-        failed, and nothing was written. `unchanged` maps keys the batch must not write but
+        failed (and those a refused commit put back under a new version), and nothing was
+        written. `unchanged` maps keys the batch must not write but
         that must still be at a version (None: still absent) when it lands: a failed check is
         a conflict of that key. A `StorageUnavailableError` may leave the batch in doubt:
         readers then see all of it or none of it.
