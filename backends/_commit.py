@@ -54,7 +54,8 @@ RECORDS: Final = "agent-state-commits"
 """First segment of the commit records' keys; `list` does not show them."""
 COMMITTED, ABORTED = "committed", "aborted"
 ABORTED_RECORD_TTL: Final = 86400.0
-"""An aborted record may expire: an intent outliving it is aborted again, the same way."""
+"""An aborted record may expire: an intent outliving it is aborted again, the same way, and
+a writer stalled half as long past its deadline never commits."""
 FIRST_WAIT, LONGEST_WAIT = 0.001, 0.05
 """Seconds a reader waits for a running commit, doubling from FIRST to LONGEST."""
 ANY_RETRIES: Final = 10
@@ -230,7 +231,7 @@ async def _commit_once(
             seen = await storage._read([c.key for c in checks])
             failed = [c.key for c in checks
                       if (seen[c.key].etag if c.key in seen else None) != c.expected]  # fmt: skip
-        if not failed and recorded and not await _decide(storage, commit_id):
+        if not failed and recorded and not await _decide(storage, commit_id, deadline):
             failed = [w.key for w in writes]  # a reader aborted the commit first
         if failed:
             raise ConflictError(failed)
@@ -298,10 +299,13 @@ class _InDoubt(Exception):
         self.error = error
 
 
-async def _decide(storage: Storage, commit_id: str) -> bool:
+async def _decide(storage: Storage, commit_id: str, deadline: float) -> bool:
     """The commit point: create the record as committed; False if a reader aborted the
-    commit first. When the store fails to answer, learn whether the record landed by trying
-    to abort it (`_InDoubt` if that fails too)."""
+    commit first, or may have with a record since expired (the writer is `ABORTED_RECORD_TTL`
+    / 2 past its deadline). When the store fails to answer, learn whether the record landed
+    by trying to abort it (`_InDoubt` if that fails too)."""
+    if storage.clock.time() >= deadline + ABORTED_RECORD_TTL / 2:
+        return False
     try:
         fates = await _create_records(storage, [commit_id], COMMITTED, None)
     except StorageError as failure:

@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 
 from . import _commit
@@ -166,6 +167,37 @@ class CommitContract:
         await storage.write({key: StoreItem({"v": 3}, ANY) for key in KEYS})
         stored = await storage.read(KEYS)
         assert [stored[key].value for key in KEYS] == [{"v": 3}] * 2
+
+    async def test_a_writer_stalled_until_an_aborts_record_expired_never_commits(
+        self, storage: Storage
+    ) -> None:
+        """A writer paused for a day after placing its intents: meanwhile a reader aborted the
+        commit and put one document back, and the abort's record expired. The writer must not
+        commit the other document."""
+        storage.intent_timeout = 0.0  # late at once: the reader aborts it
+        etags = await _create_both(storage)
+        original = storage._write
+        calls = 0
+
+        async def stalled(writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+            nonlocal calls
+            calls += 1
+            await original(writes, outcomes)
+            if calls == 1 and _commit.INTENT.encode() in writes[0].data:  # the intents
+                commit_id = _commit.parse(KEYS[0], orjson.loads(writes[0].data)).commit
+                assert (await storage.read(KEYS[:1]))[KEYS[0]].value == {"v": 0}  # aborted
+                await storage._delete([f"{_commit.RECORDS}/{commit_id}"], {}, {})  # expired
+                storage.clock = ReaderClock(offset=_commit.ABORTED_RECORD_TTL)  # a day on
+
+        storage._write = stalled  # type: ignore[method-assign]
+        try:
+            await storage.write({key: StoreItem({"v": 1}, etags[key]) for key in KEYS})
+        except ConflictError:
+            pass
+        finally:
+            del storage._write
+        stored = await storage.read(KEYS)
+        assert {stored[key].value["v"] for key in KEYS} in ({0}, {1})  # never one of them
 
     @pytest.mark.parametrize("recorded", [True, False])
     async def test_a_reader_waits_for_a_dead_writer_at_most_intent_timeout_on_its_clock(
