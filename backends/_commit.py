@@ -19,7 +19,7 @@ writer's clock) or once the reader waited `intent_timeout` on its own steady clo
 whichever comes first: a writer's clock running ahead cannot make readers wait longer. A
 commit still undecided when late is aborted by creating its record as aborted. Records are
 create-only, so commit and abort cannot both win, whichever process dies at whichever step;
-no clock decides anything but when to stop waiting.
+clocks decide only when to stop waiting and abort, which is always safe.
 
 A refused commit puts back the documents it had replaced by intents, under new versions:
 it names their keys among the conflicts, so the caller reads them anew with the others.
@@ -232,7 +232,7 @@ async def _commit_once(
             failed = [c.key for c in checks
                       if (seen[c.key].etag if c.key in seen else None) != c.expected]  # fmt: skip
         if not failed and recorded and not await _decide(storage, commit_id, deadline):
-            failed = [w.key for w in writes]  # a reader aborted the commit first
+            failed = [w.key for w in writes]  # aborted first, or too late to commit
         if failed:
             raise ConflictError(failed)
     except ConflictError as exc:
