@@ -24,7 +24,7 @@ from functools import lru_cache
 from types import TracebackType
 from typing import TypeVar
 
-from ._commit import INTENT, RECORDS, commit, read_settled
+from ._commit import INTENT, RECORDS, SYSTEM_CLOCK, Clock, commit, read_settled
 from ._envelope import dump_data
 from ._errors import (
     ConflictError,
@@ -98,7 +98,11 @@ class Storage(ABC):
     """True where the store applies the keys of one write group in one atomic step."""
 
     intent_timeout: float = 5.0
-    """Seconds a commit across atomic units may take before readers abort it (`_commit`)."""
+    """Seconds a commit across atomic units may take before readers abort it (`_commit`): a
+    reader waits for it at most this long on its own clock, whatever the writer's says."""
+
+    clock: Clock = SYSTEM_CLOCK
+    """The clocks commits and their readers read (tests give a store other ones)."""
 
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""
@@ -142,7 +146,8 @@ class Storage(ABC):
         """Write a batch conditionally; return each key's new etag.
 
         All or nothing on every backend: `ConflictError` names the keys whose precondition
-        failed, and nothing was written. `unchanged` maps keys the batch must not write but
+        failed (and those a refused commit put back under a new version), and nothing was
+        written. `unchanged` maps keys the batch must not write but
         that must still be at a version (None: still absent) when it lands: a failed check is
         a conflict of that key. A `StorageUnavailableError` may leave the batch in doubt:
         readers then see all of it or none of it.

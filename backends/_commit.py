@@ -11,12 +11,18 @@ read checks, where `atomic_batches` is False) is committed in steps readers can 
    in one atomic unit there is no record: step 5 is then the commit itself;
 5. replace the intents by the documents after, and delete the record.
 
-A reader meeting an intent sees the document after it if the record says committed, puts
-the document before back if the record says aborted (or, without a record, once the
-deadline passed), and waits while the commit is under way. A commit still undecided at its
-deadline is aborted by creating its record as aborted. Records are create-only, so commit
-and abort cannot both win, whichever process dies at whichever step; no clock decides
-anything but when to stop waiting.
+A reader meeting an intent sees the document after it if the record says committed (and
+deletes the intent once that document's TTL passed, so the key can be created again), puts
+the document before back if the record says aborted (or, without a record, once the commit
+is late), and waits while the commit is under way. A commit is late at its deadline (the
+writer's clock) or once the reader waited `intent_timeout` on its own steady clock,
+whichever comes first: a writer's clock running ahead cannot make readers wait longer. A
+commit still undecided when late is aborted by creating its record as aborted. Records are
+create-only, so commit and abort cannot both win, whichever process dies at whichever step;
+clocks decide only when to stop waiting and abort, which is always safe.
+
+A refused commit puts back the documents it had replaced by intents, under new versions:
+it names their keys among the conflicts, so the caller reads them anew with the others.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -48,13 +54,41 @@ RECORDS: Final = "agent-state-commits"
 """First segment of the commit records' keys; `list` does not show them."""
 COMMITTED, ABORTED = "committed", "aborted"
 ABORTED_RECORD_TTL: Final = 86400.0
-"""An aborted record may expire: an intent outliving it is aborted again, the same way."""
+"""An aborted record may expire: an intent outliving it is aborted again, the same way, and
+a writer stalled half as long past its deadline never commits."""
 FIRST_WAIT, LONGEST_WAIT = 0.001, 0.05
 """Seconds a reader waits for a running commit, doubling from FIRST to LONGEST."""
 ANY_RETRIES: Final = 10
 """How often a batch whose only conflicts were unconditional writes is committed again."""
 
 _log = logging.getLogger(__name__)
+
+
+class Clock(Protocol):
+    """The clocks the protocol reads and waits on (`Storage.clock`): a seam for tests."""
+
+    def time(self) -> float:
+        """Unix time: deadlines and expiries, which other processes compare with theirs."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on this process's steady clock: how long a reader has waited."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Let `seconds` pass on these clocks."""
+        ...
+
+
+class _SystemClock:
+    """The machine's clocks."""
+
+    monotonic = staticmethod(time.monotonic)
+    sleep = staticmethod(asyncio.sleep)
+    time = staticmethod(time.time)  # last: it shadows the module in the class body
+
+
+SYSTEM_CLOCK: Final[Clock] = _SystemClock()
 _INTENT_BYTES = orjson.dumps(INTENT)
 
 
@@ -107,28 +141,33 @@ async def read_settled(storage: Storage, keys: list[str]) -> dict[str, StoreItem
 
 async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
     """Replace the intents among `items` by what their commits decided, in place: wait for
-    commits under way, abort those past their deadline, put back what aborted ones replaced."""
-    wait = FIRST_WAIT
+    commits under way, abort those past their deadline or waited for `intent_timeout` on
+    this reader's clock, put back what aborted ones replaced, and delete what committed ones
+    left past its TTL."""
+    clock, wait = storage.clock, FIRST_WAIT
+    waited_out = clock.monotonic() + storage.intent_timeout
     while True:
         intents = {key: parse(key, item.value) for key, item in items.items()
                    if INTENT in item.value}  # fmt: skip
         if not intents:
             return
         fates = await _fates(storage, intents.values())
-        now = time.time()
-        again, undo, overdue = [], {}, set()
+        now, waited = clock.time(), clock.monotonic() >= waited_out
+        again: list[str] = []
+        undo: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+        overdue = set()
         for key, intent in intents.items():
-            fate = fates.get(intent.commit)
+            fate, late = fates.get(intent.commit), waited or now >= intent.deadline
             if fate == COMMITTED:
                 if intent.expires_at is not None and now >= intent.expires_at:
-                    del items[key]
+                    undo[key] = (None, items[key].etag)  # gone: so it can be created again
                 else:
                     items[key] = StoreItem(intent.after, items[key].etag)
-            elif fate == ABORTED or (not intent.recorded and now >= intent.deadline):
+            elif fate == ABORTED or (not intent.recorded and late):
                 undo[key] = (intent.before, items[key].etag)
             else:
                 again.append(key)
-                if now >= intent.deadline:
+                if late:
                     overdue.add(intent.commit)
         if overdue:
             await _create_records(storage, overdue, ABORTED, ABORTED_RECORD_TTL)
@@ -145,7 +184,7 @@ async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
         if not again:
             continue
         if not (overdue or undo):  # only commits under way: give them time
-            await asyncio.sleep(wait)
+            await clock.sleep(wait)
             wait = min(wait * 2, LONGEST_WAIT)
         fresh = await storage._read(again)
         for key in again:
@@ -183,7 +222,7 @@ async def _commit_once(
         return False
     commit_id = uuid.uuid4().hex
     recorded = len({p.group if storage.atomic_groups else p.key for p in writes}) > 1
-    deadline = time.time() + storage.intent_timeout
+    deadline = storage.clock.time() + storage.intent_timeout
     intents = [_intent(storage, w, current.get(w.key), commit_id, recorded, deadline)
                for w in writes]  # fmt: skip
     placed: Outcomes = {}
@@ -194,13 +233,14 @@ async def _commit_once(
             seen = await storage._read([c.key for c in checks])
             failed = [c.key for c in checks
                       if (seen[c.key].etag if c.key in seen else None) != c.expected]  # fmt: skip
-        if not failed and recorded and not await _decide(storage, commit_id):
-            failed = [w.key for w in writes]  # a reader aborted the commit first
+        if not failed and recorded and not await _decide(storage, commit_id, deadline):
+            failed = [w.key for w in writes]  # aborted first, or too late to commit
         if failed:
             raise ConflictError(failed)
     except ConflictError as exc:
         await _take_back(storage, intents, current, placed)
-        outcomes.update(dict.fromkeys(exc.keys, CONFLICT))
+        moved = [key for key, outcome in placed.items() if isinstance(outcome, str)]
+        outcomes.update(dict.fromkeys([*exc.keys, *moved], CONFLICT))  # all to read anew
         return False
     except _InDoubt as doubt:
         raise doubt.error from doubt.error.__cause__
@@ -241,7 +281,7 @@ def _intent(
     deadline: float,
 ) -> PreparedWrite:
     """The intent replacing `write.key`'s document, conditional on the version read."""
-    expires_at = time.time() + write.ttl if write.ttl is not None else None
+    expires_at = storage.clock.time() + write.ttl if write.ttl is not None else None
     fields = {"id": commit_id, "record": recorded, "deadline": deadline, "expires_at": expires_at}
     head = orjson.dumps(fields)
     before_bytes = b"null"
@@ -262,10 +302,13 @@ class _InDoubt(Exception):
         self.error = error
 
 
-async def _decide(storage: Storage, commit_id: str) -> bool:
+async def _decide(storage: Storage, commit_id: str, deadline: float) -> bool:
     """The commit point: create the record as committed; False if a reader aborted the
-    commit first. When the store fails to answer, learn whether the record landed by trying
-    to abort it (`_InDoubt` if that fails too)."""
+    commit first, or may have with a record since expired (the writer is `ABORTED_RECORD_TTL`
+    / 2 past its deadline). When the store fails to answer, learn whether the record landed
+    by trying to abort it (`_InDoubt` if that fails too)."""
+    if storage.clock.time() >= deadline + ABORTED_RECORD_TTL / 2:
+        return False
     try:
         fates = await _create_records(storage, [commit_id], COMMITTED, None)
     except StorageError as failure:

@@ -1,8 +1,10 @@
 """The part of the storage contract about batches being all-or-nothing (see `_commit`).
 
 Mixed into `testing.StorageContract`, so it runs against every backend: a write failing
-part-way, a writer that died between the steps of a commit, readers waiting for a commit
-under way, and the reserved names. It plants commits through the store's own primitives.
+part-way, a writer that died between the steps of a commit (whatever the TTLs and clocks
+involved), readers waiting for a commit under way, a refused commit's versions, and the
+reserved names. It plants commits through the store's own primitives, and gives readers
+clocks of their own (`ReaderClock`) instead of sleeping.
 """
 
 from __future__ import annotations
@@ -12,14 +14,34 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 
 from . import _commit
 from ._base import Storage
 from ._errors import ConflictError, InvalidValueError, StorageUnavailableError
-from ._items import Outcomes, PreparedWrite, StoreItem
+from ._items import ANY, Outcomes, PreparedWrite, StoreItem
 
 KEYS = ["k/one", "k/two"]
+
+
+class ReaderClock:
+    """A reader's clocks, `offset` seconds off this machine's Unix time, moving only while
+    the reader waits (`sleep` passes its seconds at once): waits cost no real time."""
+
+    def __init__(self, *, offset: float = 0.0) -> None:
+        self.now, self.steady = time.time() + offset, 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.steady
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.steady += seconds
+        await asyncio.sleep(0)
 
 
 async def _create_both(storage: Storage) -> dict[str, str]:
@@ -55,18 +77,21 @@ def _fail_write_call(storage: Storage, number: int) -> None:
 
 
 async def _plant(
-    storage: Storage, *, recorded: bool, fate: str | None, deadline: float
+    storage: Storage,
+    *,
+    recorded: bool,
+    fate: str | None,
+    deadline: float,
+    ttl: float | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """Place the intents of a commit setting both keys to 1 from 0, as a writer that died
-    would leave them: recorded with `fate` (or no record), or unrecorded."""
+    """Place the intents of a commit setting both keys to 1 from 0 (for `ttl` seconds), as
+    a writer that died would leave them: recorded with `fate` (or no record), or unrecorded."""
     current = await storage.read(KEYS)
     commit_id = uuid.uuid4().hex
     intents = [
         _commit._intent(
             storage,
-            PreparedWrite(
-                key, b'{"v":1}', {"v": 1}, current[key].etag, storage.group_of(key), None
-            ),
+            PreparedWrite(key, b'{"v":1}', {"v": 1}, current[key].etag, storage.group_of(key), ttl),
             current[key],
             commit_id,
             recorded,
@@ -126,6 +151,106 @@ class CommitContract:
         batch = {key: StoreItem({"v": 5}, stored[key].etag) for key in KEYS}
         await storage.write(batch)  # the settled versions are the ones to write on
         assert [(await storage.read([key]))[key].value for key in KEYS] == [{"v": 5}] * 2
+
+    async def test_a_dead_commit_whose_documents_expired_leaves_their_keys_writable(
+        self, storage: Storage
+    ) -> None:
+        """A writer with a TTL died after committing, before replacing its intents: once the
+        TTL passed, the keys read as absent and can be created again."""
+        await _create_both(storage)
+        await _plant(
+            storage, recorded=True, fate=_commit.COMMITTED, deadline=time.time() - 1, ttl=60
+        )
+        storage.clock = ReaderClock(offset=120)  # the reader, once the TTL passed
+        assert await storage.read(KEYS) == {}
+        await storage.write({KEYS[0]: StoreItem({"v": 2}, None)})
+        await storage.write({key: StoreItem({"v": 3}, ANY) for key in KEYS})
+        stored = await storage.read(KEYS)
+        assert [stored[key].value for key in KEYS] == [{"v": 3}] * 2
+
+    async def test_a_writer_stalled_until_an_aborts_record_expired_never_commits(
+        self, storage: Storage
+    ) -> None:
+        """A writer paused for a day after placing its intents: meanwhile a reader aborted the
+        commit and put one document back, and the abort's record expired. The writer must not
+        commit the other document."""
+        storage.intent_timeout = 0.0  # late at once: the reader aborts it
+        etags = await _create_both(storage)
+        original = storage._write
+        calls = 0
+
+        async def stalled(writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+            nonlocal calls
+            calls += 1
+            await original(writes, outcomes)
+            if calls == 1 and _commit.INTENT.encode() in writes[0].data:  # the intents
+                commit_id = _commit.parse(KEYS[0], orjson.loads(writes[0].data)).commit
+                assert (await storage.read(KEYS[:1]))[KEYS[0]].value == {"v": 0}  # aborted
+                await storage._delete([f"{_commit.RECORDS}/{commit_id}"], {}, {})  # expired
+                storage.clock = ReaderClock(offset=_commit.ABORTED_RECORD_TTL)  # a day on
+
+        storage._write = stalled  # type: ignore[method-assign]
+        try:
+            await storage.write({key: StoreItem({"v": 1}, etags[key]) for key in KEYS})
+        except ConflictError:
+            pass
+        finally:
+            del storage._write
+        stored = await storage.read(KEYS)
+        assert {stored[key].value["v"] for key in KEYS} in ({0}, {1})  # never one of them
+
+    @pytest.mark.parametrize("recorded", [True, False])
+    async def test_a_reader_waits_for_a_dead_writer_at_most_intent_timeout_on_its_clock(
+        self, storage: Storage, recorded: bool
+    ) -> None:
+        """A writer whose clock runs 20 s ahead sets deadlines 20 s late; a reader still waits
+        at most `intent_timeout` on its own clock (and one wait more), then aborts the commit."""
+        storage.intent_timeout = 0.5
+        await _create_both(storage)
+        writer_ahead = 20.0
+        deadline = time.time() + writer_ahead + storage.intent_timeout
+        await _plant(storage, recorded=recorded, fate=None, deadline=deadline)
+        reader = storage.clock = ReaderClock()
+        stored = await storage.read(KEYS)
+        assert [stored[key].value for key in KEYS] == [{"v": 0}] * 2
+        stall = reader.monotonic()
+        assert stall <= storage.intent_timeout + _commit.LONGEST_WAIT, f"waited {stall} s"
+
+    async def test_a_refused_commit_names_every_key_whose_version_it_changed(
+        self, storage: Storage
+    ) -> None:
+        """Another writer wins one key while the batch places its intents: the batch is
+        refused, and every key it put back under a new version is named, so a retry that
+        re-reads the keys named (and only those) lands."""
+        etags = await _create_both(storage)
+        original = storage._write
+        calls = 0
+
+        async def overtaken(writes: list[PreparedWrite], outcomes: Outcomes) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                rival = PreparedWrite(
+                    KEYS[1], b'{"v":7}', {"v": 7}, ANY, storage.group_of(KEYS[1]), None
+                )
+                await original([rival], {})
+            await original(writes, outcomes)
+
+        storage._write = overtaken  # type: ignore[method-assign]
+        try:
+            with pytest.raises(ConflictError) as refused:
+                await storage.write({key: StoreItem({"v": 1}, etags[key]) for key in KEYS})
+        finally:
+            del storage._write
+        stored = await storage.read(KEYS)
+        assert [stored[key].value for key in KEYS] == [{"v": 0}, {"v": 7}]
+        moved = [key for key in KEYS if stored[key].etag != etags[key]]
+        assert set(moved) <= set(refused.value.keys)
+        retry = {key: stored[key].etag if key in refused.value.keys else etags[key]
+                 for key in KEYS}  # fmt: skip
+        await storage.write({key: StoreItem({"v": 2}, retry[key]) for key in KEYS})
+        stored = await storage.read(KEYS)
+        assert [stored[key].value for key in KEYS] == [{"v": 2}] * 2
 
     async def test_a_reader_waits_for_a_commit_under_way(self, storage: Storage) -> None:
         await _create_both(storage)

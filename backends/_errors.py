@@ -43,7 +43,9 @@ class FormatError(StorageError):
 class ConflictError(StorageError):
     """A precondition failed: a stored version moved on, or a create met an existing key.
 
-    `keys` names every key whose precondition failed; nothing of the batch was written.
+    `keys` names every key whose precondition failed, and every key a refused commit through
+    intents put back under a new version (the same document): so a retry that reads anew
+    the keys named holds the current version of every key. Nothing of the batch was written.
     """
 
     def __init__(self, keys: Iterable[str], message: str | None = None) -> None:
