@@ -51,10 +51,12 @@ from ._runs import (
     Selection,
     accept_run,
     cancel_run,
+    execute_run,
     literal,
     model_messages,
     next_turn,
     open_run,
+    thread,
 )
 from ._scopes import AppState, ConversationState, SessionState, TempState, UserState
 from ._turn_state import TurnState
@@ -103,6 +105,8 @@ __all__ = [
     "model_messages",
     "next_turn",
     "open_run",
+    "execute_run",
+    "thread",
     "open_state",
     "open_storage",
     "open_turn",
