@@ -285,9 +285,7 @@ async def execute_run(
         raise
 
 
-async def _claim(
-    storage: Storage, run: Run, *, recover: bool, clock: Clock, lease: float
-) -> str:
+async def _claim(storage: Storage, run: Run, *, recover: bool, clock: Clock, lease: float) -> str:
     """Mark the accepted run opened (by a token of this opener) in a commit of its own;
     `RunStateError` when it is not accepted, or opened already and not stale or recovered."""
     if run.status != "accepted":

@@ -40,9 +40,7 @@ class SessionState(AgentState):
         channel, conversation, user = ids.require(
             cls.scope, "channel_id", "conversation_id", "user_id"
         )
-        return session_key(
-            channel, conversation, user, agent=ids.app_name, namespace=ids.namespace
-        )
+        return session_key(channel, conversation, user, agent=ids.app_name, namespace=ids.namespace)
 
 
 class AppState(AgentState):
