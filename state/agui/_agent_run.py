@@ -100,7 +100,7 @@ class AgentRun(Generic[M]):
         args = orjson.dumps(dict(arguments)).decode()
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
         await self.history.append({"id": message_id, "role": "assistant", "toolCalls": [call]})
-        if any(tool.name == name for tool in self.input.tools):  # the client runs it
+        if any(tool.name == name for tool in self.input.tools or ()):  # the client runs it
             self.pending[call_id] = name
         self._emit(
             ToolCallStartEvent(
