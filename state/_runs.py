@@ -307,9 +307,11 @@ async def _claim(storage: Storage, run: Run, *, recover: bool, clock: Clock, lea
 
 async def _complete(state: TurnState, run: Run, token: str, before: int) -> None:
     """Record the run completed in its turn, with what it appended since `before`."""
-    record = await _record(state, run.run_id, "accepted")
-    if record["opened"] != token:
-        raise RunStateError(f"run {run.run_id!r} was taken over after its lease ran out")
+    record = await _record(state, run.run_id, None)
+    if record["opened"] != token or record["status"] != "accepted":
+        raise RunStateError(
+            f"run {run.run_id!r} was taken over after its lease ran out (it is {record['status']})"
+        )
     count = await state.history.count()
     appended = await state.history.last(count - before)
     record.update({"status": "completed", "messages": [m["id"] for m in appended],
