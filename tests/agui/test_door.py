@@ -130,6 +130,7 @@ async def test_two_tabs_running_at_once_both_finish_in_turn(
 
     async def agent(run: AgentRun[Board]) -> None:
         seen.append(len(run.messages))
+        await asyncio.sleep(0)  # the model call: the other tab's run gets the loop meanwhile
         await counter(run)
 
     poster = Poster(endpoint(agent, storage), streams)
