@@ -24,6 +24,7 @@ PUBLIC_MODULES = {
         "StateConflictError", "StateError", "StatePathError", "StateValidationError",
         "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState", "UserState",
         "accept_run", "app_key", "cancel_run", "conversation_key", "edit_state", "escape_segment",
+        "execute_run", "thread",
         "list_conversations", "list_users", "literal", "model_messages", "next_turn", "open_run",
         "open_state", "open_storage", "open_turn", "open_user", "parse_key", "read_state",
         "session_key", "unescape_segment", "user_key", "write_group",
@@ -44,7 +45,8 @@ PUBLIC_MODULES = {
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
-        "RunHaltedError", "RunInputError", "RunInputTooLargeError", "RunRefusedError",
+        "RequestLimits", "RunHaltedError", "RunInputError", "RunInputTimeoutError",
+        "RunInputTooLargeError", "RunRefusedError",
         "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadOwnerError", "aiter_sse_events",
         "iter_sse_events",
     ],
