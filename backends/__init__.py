@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._base import Storage, WriteGroup, expired, unavailable, whole_key
+from ._base import Storage, WriteGroup, expired, whole_key
 from ._envelope import Envelope, unwrap, wrap
+from ._error_map import unavailable
 from ._errors import (
     ConflictError,
     FormatError,
@@ -23,16 +24,20 @@ from ._errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ._file import FileStorage
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 from ._memory import MemoryStorage
+from .file.storage import FileStorage
 
 if TYPE_CHECKING:
-    from ._blob import BlobStorage
-    from ._cosmos import CosmosStorage
-    from ._redis import RedisStorage
+    from .blob.storage import BlobStorage
+    from .cosmos.storage import CosmosStorage
+    from .redis.storage import RedisStorage
 
-_OPTIONAL = {"RedisStorage": "._redis", "BlobStorage": "._blob", "CosmosStorage": "._cosmos"}
+_OPTIONAL = {
+    "RedisStorage": ".redis.storage",
+    "BlobStorage": ".blob.storage",
+    "CosmosStorage": ".cosmos.storage",
+}
 
 __all__ = [
     "ANY",

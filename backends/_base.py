@@ -31,7 +31,7 @@ from ._errors import (
     InvalidKeyError,
     InvalidValueError,
     StateTooLargeError,
-    StorageError,
+    StorageConfigError,
     StorageUnavailableError,
 )
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
@@ -48,6 +48,15 @@ partition). It must depend on the key alone: backends derive where a key lives f
 def whole_key(key: str) -> str:
     """The default write group: every key on its own."""
     return key
+
+
+def missing_write_group(backend: str) -> StorageConfigError:
+    """The error of a storage whose layout depends on the write group, built without one."""
+    return StorageConfigError(
+        f"{backend} places each key by its write group, so every client of one store must"
+        " pass the same write_group=: agent_state.write_group (the key scheme's rule, which"
+        " open_storage passes), or agent_state.backends.whole_key (one key per group)"
+    )
 
 
 _RECORDS = RECORDS + "/"
@@ -69,25 +78,6 @@ async def gather_all(calls: Sequence[Awaitable[T]]) -> list[T]:
         if isinstance(result, BaseException):
             raise result
     return results  # type: ignore[return-value]
-
-
-class unavailable:  # lower case: used like a function, `with unavailable(what, errors):`
-    """Map the given I/O or SDK errors to `StorageUnavailableError` (cause chained); a class,
-    not a generator, since every call of a backend enters one."""
-
-    __slots__ = ("what", "errors")
-
-    def __init__(self, what: str, errors: tuple[type[BaseException], ...]) -> None:
-        self.what, self.errors = what, errors
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if isinstance(exc, self.errors) and not isinstance(exc, StorageError):
-            raise StorageUnavailableError(f"{self.what}: {exc}") from exc
 
 
 class Storage(ABC):
@@ -113,11 +103,18 @@ class Storage(ABC):
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""
 
+    needs_write_group: bool = False
+    """True where the place of a key depends on its write group (a Redis hash tag, a Cosmos DB
+    partition key): built without `write_group`, the storage raises `StorageConfigError`
+    rather than pick one that other clients of the store may not share."""
+
     _closed: bool = False
 
     def __init__(
         self, *, write_group: WriteGroup | None = None, max_document_bytes: int | None = None
     ) -> None:
+        if write_group is None and self.needs_write_group:
+            raise missing_write_group(type(self).__name__)
         if write_group is not None and not callable(write_group):
             raise InvalidValueError("write_group must be a function key -> group")
         self.write_group: WriteGroup = write_group or whole_key
@@ -184,7 +181,7 @@ class Storage(ABC):
                 raise InvalidValueError(f"key {key!r} is both written and checked unchanged")
             if etag is not None and (not isinstance(etag, str) or not etag or etag == ANY):
                 raise InvalidValueError(f"unchanged[{key!r}] must be a version string or None")
-            checks.append(PreparedWrite(key, b"", etag, self.group_of(key), None, True))
+            checks.append(PreparedWrite(key, b"", {}, etag, self.group_of(key), None, True))
         return checks
 
     async def delete(
@@ -282,7 +279,7 @@ class Storage(ABC):
             raise StateTooLargeError(key, len(data), self.max_document_bytes)
         if item.ttl is not None:
             ttl = _check_ttl(item.ttl, self.max_ttl_seconds)
-        return PreparedWrite(key, data, etag, self.group_of(key), ttl)
+        return PreparedWrite(key, data, item.value, etag, self.group_of(key), ttl)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -240,15 +240,16 @@ def _intent(
 ) -> PreparedWrite:
     """The intent replacing `write.key`'s document, conditional on the version read."""
     expires_at = time.time() + write.ttl if write.ttl is not None else None
-    head = orjson.dumps(
-        {"id": commit_id, "record": recorded, "deadline": deadline, "expires_at": expires_at}
-    )
+    fields = {"id": commit_id, "record": recorded, "deadline": deadline, "expires_at": expires_at}
+    head = orjson.dumps(fields)
     before_bytes = b"null"
     if before is not None:
         before_bytes = before.data or orjson.dumps(before.value)
     data = b"".join((b"{", _INTENT_BYTES, b":", head[:-1], b',"before":', before_bytes,
                      b',"after":', write.data, b"}}"))  # fmt: skip
-    return replace(write, data=data, expected=before.etag if before else None, ttl=None)
+    value = {INTENT: {**fields, "before": before.value if before else None, "after": write.value}}
+    expected = before.etag if before else None
+    return replace(write, data=data, value=value, expected=expected, ttl=None)
 
 
 class _InDoubt(Exception):
@@ -312,7 +313,7 @@ async def _put_back(
             deletes[key] = etag
         else:
             data = orjson.dumps(before)
-            writes.append(PreparedWrite(key, data, etag, storage.group_of(key), None))
+            writes.append(PreparedWrite(key, data, before, etag, storage.group_of(key), None))
     outcomes: Outcomes = {}
     if writes:
         await storage._write(writes, outcomes)
@@ -347,8 +348,9 @@ async def _create_records(
     storage: Storage, commit_ids: Iterable[str], status: str, ttl: float | None
 ) -> dict[str, object]:
     """Create the records of `commit_ids` with `status`, create-only: per id, its outcome."""
+    value = {"status": status}
     writes = [
-        PreparedWrite(record, orjson.dumps({"status": status}), None, storage.group_of(record), ttl)
+        PreparedWrite(record, orjson.dumps(value), value, None, storage.group_of(record), ttl)
         for record in (f"{RECORDS}/{commit_id}" for commit_id in commit_ids)
     ]
     outcomes: Outcomes = {}

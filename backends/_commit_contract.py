@@ -64,7 +64,9 @@ async def _plant(
     intents = [
         _commit._intent(
             storage,
-            PreparedWrite(key, b'{"v":1}', current[key].etag, storage.group_of(key), None),
+            PreparedWrite(
+                key, b'{"v":1}', {"v": 1}, current[key].etag, storage.group_of(key), None
+            ),
             current[key],
             commit_id,
             recorded,
@@ -169,8 +171,8 @@ class CommitContract:
             nonlocal calls
             calls += 1
             if calls == 3:  # replacing the intents, once committed: a later writer wins one
-                await original([PreparedWrite(pair[0], b'{"v":7}', "*", writes[0].group, None)],
-                               {})  # fmt: skip
+                later = PreparedWrite(pair[0], b'{"v":7}', {"v": 7}, "*", writes[0].group, None)
+                await original([later], {})
             await original(writes, outcomes)
 
         storage._write = overtaken  # type: ignore[method-assign]

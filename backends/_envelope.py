@@ -22,6 +22,7 @@ from ._json import JsonRuleError, encode_json
 FORMAT_VERSION = 1
 _HEAD = b'{"v":%d,"key":' % FORMAT_VERSION
 _DATA_MARK = b',"data":'  # cannot occur inside a JSON string: its '"' would be escaped
+_META_NOW = b',"meta":{"updated_at":"2026-01-01T00:00:00.000000+00:00"}'  # its length
 
 
 @dataclass(slots=True)
@@ -88,6 +89,18 @@ def wrap(
     etag_part = b',"etag":' + orjson.dumps(etag) if etag is not None else b""
     parts = (_HEAD, orjson.dumps(key), etag_part, b',"meta":', meta, _DATA_MARK, data, b"}")
     return b"".join(parts)
+
+
+def envelope_fields(key: str, value: dict[str, Any]) -> dict[str, Any]:
+    """The envelope of `value` as the fields `wrap` writes (no etag, no expiry), for stores
+    whose SDK takes a JSON object: the value is used as is, never encoded or parsed here."""
+    updated_at = datetime.fromtimestamp(time.time(), timezone.utc).isoformat()
+    return {"v": FORMAT_VERSION, "key": key, "meta": {"updated_at": updated_at}, "data": value}
+
+
+def envelope_size(key: str, data: bytes) -> int:
+    """The length of `wrap(key, data)`'s bytes, without building them."""
+    return len(_HEAD) + len(orjson.dumps(key)) + len(_META_NOW) + len(_DATA_MARK) + len(data) + 1
 
 
 def unwrap(key: str, raw: bytes | str) -> Envelope:

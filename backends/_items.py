@@ -45,12 +45,15 @@ class StoreItem:
 
 @dataclass(slots=True)
 class PreparedWrite:
-    """A validated write handed to a primitive: the document's JSON bytes, its precondition
-    (an etag, None for create-only, `ANY`) and its write group. Primitives only read it (not
-    frozen: a frozen dataclass costs a microsecond more to build, on every write)."""
+    """A validated write handed to a primitive: the document's JSON bytes and the value they
+    encode (for stores whose SDK takes the value, so nothing parses the bytes again), its
+    precondition (an etag, None for create-only, `ANY`) and its write group. Primitives only
+    read it (not frozen: a frozen dataclass costs a microsecond more to build, on every write)."""
 
     key: str
     data: bytes
+    value: dict[str, Any]
+    """The document `data` encodes, as the caller gave it (a read check's is empty)."""
     expected: str | None
     group: str
     ttl: float | None

@@ -44,10 +44,15 @@ def _checked(key: str) -> str:
 
 
 def check_keys(keys: Iterable[str]) -> list[str]:
-    """Validate a batch of keys (a lone str is refused: it would iterate as characters)."""
+    """Validate a batch of keys (a lone str is refused: it would iterate as characters, and
+    so is None or anything else that is no iterable of keys)."""
     if isinstance(keys, (str, bytes)):
         raise InvalidKeyError("pass a list of keys, not a single string")
-    return [_checked(key) if type(key) is str else check_key(key) for key in keys]
+    try:
+        batch = iter(keys)
+    except TypeError:
+        raise InvalidKeyError(f"pass a list of keys, not {type(keys).__name__}") from None
+    return [_checked(key) if type(key) is str else check_key(key) for key in batch]
 
 
 def check_prefix(prefix: object) -> str:

@@ -3,14 +3,23 @@
 Documents are kept serialized and `read` decodes a fresh copy, so nothing `read` or `write`
 hands over aliases stored data. Versions are counters that never repeat; TTL is honoured;
 a write batch is all-or-nothing.
+
+Memory follows the live data over any uptime: each document is held in bytes of its own
+size (a copy, not the serializer's larger buffer), and expired documents are dropped, not
+only hidden: a heap orders the expiry times, and each write pops the expired ones at its
+top, a bounded number per written key. The heap holds one entry per write with a TTL;
+the entries of documents rewritten or deleted since are skipped when popped, and the heap
+is rebuilt from the live documents when it outgrows them (twice their number), which
+takes as many steps as writes went by since the last rebuild.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -19,6 +28,11 @@ from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
 from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+
+SWEEP_PER_WRITE = 4
+"""Expired documents a write may drop beyond one per key it writes (so drops keep up)."""
+HEAP_SLACK = 64
+"""Heap entries allowed beyond twice the stored documents before the heap is rebuilt."""
 
 
 @dataclass(slots=True)
@@ -37,12 +51,20 @@ class MemoryStorage(Storage):
     atomic_batches = True
 
     def __init__(
-        self, *, max_document_bytes: int | None = None, write_group: WriteGroup | None = None
+        self,
+        *,
+        max_document_bytes: int | None = None,
+        write_group: WriteGroup | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: the Unix time TTLs are measured on (a test moves its own)."""
         super().__init__(write_group=write_group, max_document_bytes=max_document_bytes)
         self._entries: dict[str, _Entry] = {}
+        self._expiries: list[tuple[float, str, str]] = []
+        """A heap of (expires_at, etag, key), one per write with a TTL (some outdated)."""
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
+        self._clock = clock
 
     @classmethod
     def from_url(
@@ -60,10 +82,14 @@ class MemoryStorage(Storage):
             )
         return cls(max_document_bytes=max_document_bytes, write_group=write_group)
 
+    def document_count(self) -> int:
+        """How many documents the store holds, expired ones not dropped yet included."""
+        return len(self._entries)
+
     def get_envelope(self, key: str) -> bytes | None:
         """The envelope bytes stored at `key`, as every backend stores them (for tools, tests)."""
         with self._lock:
-            entry = self._live(key, time.time())
+            entry = self._live(key, self._clock())
         if entry is None:
             return None
         return entry.raw if entry.raw is not None else wrap(key, entry.data or b"{}", entry.etag)
@@ -74,7 +100,7 @@ class MemoryStorage(Storage):
             self._entries[key] = _Entry(f"raw-{next(self._versions)}", None, raw=raw)
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
-        now = time.time()
+        now = self._clock()
         with self._lock:
             found = [(key, entry) for key in keys if (entry := self._live(key, now)) is not None]
         items = {}
@@ -88,7 +114,7 @@ class MemoryStorage(Storage):
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         with self._lock:
-            now = time.time()
+            now = self._clock()
             failed = False
             for write in writes:
                 current = self._live(write.key, now)
@@ -101,13 +127,18 @@ class MemoryStorage(Storage):
                 if write.check_only:
                     continue
                 etag = str(next(self._versions))
-                expires_at = now + write.ttl if write.ttl is not None else None
-                self._entries[write.key] = _Entry(etag, expires_at, write.data)
+                expires_at = None
+                if write.ttl is not None:
+                    expires_at = now + write.ttl
+                    heapq.heappush(self._expiries, (expires_at, etag, write.key))
+                # a copy of the bytes' own size: the serializer's buffer may be 4 KB
+                self._entries[write.key] = _Entry(etag, expires_at, bytes(memoryview(write.data)))
                 outcomes[write.key] = etag
+            self._drop_expired(now, len(writes) + SWEEP_PER_WRITE)
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         with self._lock:
-            now = time.time()
+            now = self._clock()
             for key in keys:
                 current = self._live(key, now)
                 etag = current.etag if current is not None else None
@@ -117,7 +148,7 @@ class MemoryStorage(Storage):
                     del self._entries[key]
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
-        now = time.time()
+        now = self._clock()
         with self._lock:
             keys = sorted(
                 key
@@ -126,6 +157,25 @@ class MemoryStorage(Storage):
             )
         for key in keys:
             yield key
+
+    def _drop_expired(self, now: float, most: int) -> None:
+        """Drop up to `most` expired documents, earliest first; rebuild the heap when it holds
+        more than twice as many entries as there are documents (outdated ones, mostly)."""
+        expiries, entries = self._expiries, self._entries
+        for _ in range(most):
+            if not expiries or expiries[0][0] > now:
+                break
+            _, etag, key = heapq.heappop(expiries)
+            entry = entries.get(key)
+            if entry is not None and entry.etag == etag:
+                del entries[key]
+        if len(expiries) > 2 * len(entries) + HEAP_SLACK:
+            self._expiries = [
+                (entry.expires_at, entry.etag, key)
+                for key, entry in entries.items()
+                if entry.expires_at is not None
+            ]
+            heapq.heapify(self._expiries)
 
     def _live(self, key: str, now: float) -> _Entry | None:
         entry = self._entries.get(key)

@@ -271,6 +271,23 @@ class StorageContract(CommitContract):
         with pytest.raises(InvalidKeyError):
             await storage.read("k/a")  # a lone string would iterate as one-character keys
 
+    @pytest.mark.parametrize("keys", [None, 42, object()])
+    async def test_a_batch_that_is_no_list_of_keys_is_refused_before_any_io(
+        self, harness: Harness, keys: Any
+    ) -> None:
+        """`read(None)` and `delete(None)` were a plain TypeError from iterating None."""
+        closed = await harness.open_another()
+        if closed is harness.storage:
+            closed = type(harness.storage)()
+        await closed.close()  # any I/O now fails: the refusal must come first
+        for storage in (harness.storage, closed):
+            with pytest.raises(InvalidKeyError, match="list of keys"):
+                await storage.read(keys)
+            with pytest.raises(InvalidKeyError, match="list of keys"):
+                await storage.delete(keys)
+            with pytest.raises(InvalidValueError, match="mapping"):
+                await storage.write(keys)
+
     async def test_one_megabyte_documents(self, storage: Storage) -> None:
         value = {"blob": "x" * 1_000_000, "items": list(range(20_000))}
         await create(storage, "k/big", value)

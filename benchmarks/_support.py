@@ -10,14 +10,22 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from microsoft_agents import activity as ms_activity
+from microsoft_agents.hosting.core import (
+    AccessTokenProviderBase,
+    AgentAuthConfiguration,
+    ClaimsIdentity,
+    Connections,
+)
+from microsoft_agents.hosting.core import AgentState as MsAgentState
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
 from agent_state import Activity
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,6 +117,9 @@ def round_order(rows: list[R], number: int) -> list[R]:
 class StubAdapter(ChannelAdapter):
     """Keeps sent activities on the turn instead of posting them to a channel."""
 
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # the SDK's __init__: no annotation
+
     async def send_activities(self, context, activities):  # type: ignore[no-untyped-def]
         context.turn_state.setdefault("replies", []).extend(activities)
         return [ms_activity.ResourceResponse(id=str(i)) for i in range(len(activities))]
@@ -120,17 +131,41 @@ class StubAdapter(ChannelAdapter):
         raise NotImplementedError
 
 
-class NoConnections:
+class NoConnections(Connections):
     """A connection manager for an app without OAuth routes (never called)."""
 
-    def get_connection(self, connection_name):  # type: ignore[no-untyped-def]
+    def get_connection(self, connection_name: str) -> AccessTokenProviderBase:
         raise NotImplementedError
 
-    def get_default_connection(self):  # type: ignore[no-untyped-def]
+    def get_default_connection(self) -> AccessTokenProviderBase:
         raise NotImplementedError
 
-    def get_token_provider(self, claims_identity, service_url):  # type: ignore[no-untyped-def]
+    def get_token_provider(
+        self, claims_identity: ClaimsIdentity, service_url: str
+    ) -> AccessTokenProviderBase:
         raise NotImplementedError
 
-    def get_token_provider_from_activity(self, claims_identity, activity):  # type: ignore[no-untyped-def]
+    def get_token_provider_from_activity(
+        self, claims_identity: ClaimsIdentity, activity: ms_activity.Activity
+    ) -> AccessTokenProviderBase:
         raise NotImplementedError
+
+    def get_default_connection_configuration(self) -> AgentAuthConfiguration:
+        raise NotImplementedError
+
+
+def ms_get(bucket: MsAgentState, name: str, default: T) -> T:
+    """`bucket.get_value(name, factory)`: the SDK annotates a value as StoreItem, but a
+    property holds any JSON value, so the caller names its type by the default."""
+
+    def factory() -> Any:
+        return default
+
+    found: Any = bucket.get_value(name, factory)
+    return cast(T, found)
+
+
+def ms_set(bucket: MsAgentState, name: str, value: object) -> None:
+    """`bucket.set_value(name, value)` for any JSON value (the SDK annotates StoreItem)."""
+    stored: Any = value
+    bucket.set_value(name, stored)

@@ -33,7 +33,7 @@ COPYING_DELTAS = 5  # jsonpatch's default deep-copies the whole document for eve
 
 def make_state(target_bytes: int = 1_000_000) -> dict[str, Any]:
     """A ~1 MB state: many small records, as an agent's shared state grows."""
-    items = []
+    items: list[dict[str, Any]] = []
     while len(json.dumps(items)) < target_bytes - 2_000:
         n = len(items)
         items.append({"id": n, "name": f"item {n}", "tags": ["a", "b", "c"], "payload": "x" * 200})
@@ -104,8 +104,8 @@ def client_dir() -> Path | None:
 def main() -> None:
     state = make_state()
     size = len(state["items"])
-    events = [{"type": "STATE_DELTA", "delta": make_patch(k, size)} for k in range(DELTAS)]
-    patches = [event["delta"] for event in events]
+    patches = [make_patch(k, size) for k in range(DELTAS)]
+    events = [{"type": "STATE_DELTA", "delta": patch} for patch in patches]
     mirror = StateMirror(state=state)
     copied_doc = copy.deepcopy(state)
     in_place_doc = copy.deepcopy(state)

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from _support import free_port, message, server
@@ -50,7 +51,7 @@ from agent_state import (
 from agent_state.backends import Storage
 
 POOL = 50
-SEED = {"count": 0, "topic": "benchmarks"}
+SEED: dict[str, Any] = {"count": 0, "topic": "benchmarks"}
 Turn = Callable[[int], Awaitable[None]]
 
 

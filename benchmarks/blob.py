@@ -35,7 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _support import ROOT, NoConnections, Sampled, StubAdapter, free_port, round_order, server
+from _support import (
+    ROOT,
+    NoConnections,
+    Sampled,
+    StubAdapter,
+    free_port,
+    ms_get,
+    ms_set,
+    round_order,
+    server,
+)
 from azure.core import MatchConditions
 from azure.core.exceptions import ResourceNotFoundError
 from azure.core.pipeline.transport import AioHttpTransport
@@ -53,9 +63,9 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import Storage
-from agent_state.backends._blob_names import blob_name
-from agent_state.backends._envelope import dump_data, wrap
+from agent_state.backends import Storage, wrap
+from agent_state.backends._envelope import dump_data
+from agent_state.backends.blob.names import blob_name
 
 CONVERSATIONS = 50
 CHANNEL = "bench"
@@ -137,9 +147,9 @@ def microsoft(storage: MsBlobStorage) -> Turn:
 
     @app.activity("message")
     async def on_message(ctx: ms.TurnContext, state: ms.TurnState) -> None:
-        count = state.conversation.get_value("count", lambda: 0) + 1
-        state.conversation.set_value("count", count)
-        state.conversation.set_value("notes", NOTES)
+        count = ms_get(state.conversation, "count", 0) + 1
+        ms_set(state.conversation, "count", count)
+        ms_set(state.conversation, "notes", NOTES)
         await ctx.send_activity(f"count {count}")
 
     async def turn(i: int) -> None:

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -43,7 +44,9 @@ from _support import (
     Sampled,
     StubAdapter,
     free_port,
+    ms_get,
     ms_message,
+    ms_set,
     round_order,
     server,
 )
@@ -125,10 +128,10 @@ def microsoft(storage: CosmosDBStorage, changed: bool) -> Turn:
 
     @app.activity("message")
     async def on_message(ctx: ms.TurnContext, state: ms.TurnState) -> None:
-        count = state.conversation.get_value("count", lambda: 0)
+        count = ms_get(state.conversation, "count", 0)
         if changed:
-            state.conversation.set_value("count", count + 1)
-            state.conversation.set_value("notes", NOTES)
+            ms_set(state.conversation, "count", count + 1)
+            ms_set(state.conversation, "notes", NOTES)
         await ctx.send_activity(f"count {count}")
 
     async def turn(i: int) -> None:
@@ -154,12 +157,13 @@ def floor(container: ContainerProxy, changed: bool) -> Turn:
     async def turn(i: int) -> None:
         user, conversation = ids(i)
         pk = f"c-{conversation}"
-        _, current, _, _ = await asyncio.gather(
+        reads = await asyncio.gather(
             read(f"u-{user}", f"u-{user}"),
             read(pk, pk),
             read(f"{pk}-{user}", pk),
             read("app-bench", "app-bench"),
         )
+        current = reads[1]
         if not changed:
             return
         data = {"count": (current or {"data": {"count": 0}})["data"]["count"] + 1, "notes": NOTES}
@@ -209,15 +213,14 @@ async def run(endpoint: str, key: str, turns: int, rounds: int) -> bool:
     container = await database.create_container_if_not_exists(
         "floor", partition_key=PartitionKey("/pk"), default_ttl=-1
     )
+    systems: list[tuple[str, Callable[[bool], Turn]]] = [
+        ("raw SDK floor", partial(floor, container)),
+        ("agent-state", partial(ours, ours_storage)),
+        ("M365 Agents SDK", partial(microsoft, ms_storage)),
+        ("agent-state, with ids", partial(with_ids, ours_storage)),
+    ]
     rows = [
-        Row(system, changed, make(store, changed))
-        for changed in (True, False)
-        for system, make, store in (
-            ("raw SDK floor", floor, container),
-            ("agent-state", ours, ours_storage),
-            ("M365 Agents SDK", microsoft, ms_storage),
-            ("agent-state, with ids", with_ids, ours_storage),
-        )
+        Row(system, changed, make(changed)) for changed in (True, False) for system, make in systems
     ]
     try:
         async with aiohttp.ClientSession() as http:

@@ -35,9 +35,10 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 from unittest import mock
 
-from _support import StubAdapter, free_port, ms_message, server
+from _support import StubAdapter, free_port, ms_get, ms_message, ms_set, server
 from google.adk.events import Event
 from google.adk.sessions import InMemorySessionService
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
@@ -47,9 +48,8 @@ from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 
-from agent_state import TurnIds, open_storage, open_turn
-from agent_state.backends import Storage
-from agent_state.backends._redis import RedisStorage
+from agent_state import TurnIds, open_storage, open_turn, write_group
+from agent_state.backends import RedisStorage, Storage
 
 SIZES = (10, 1_000, 10_000)
 TARGET = 1.3
@@ -179,15 +179,16 @@ class M365List(System):
             ms.TurnContext(self.adapter, activity)
         )
         history = [message(f"s{i}", i) for i in range(n)]
-        await self.storage.write({key: CachedAgentState({"history": history})})
+        document: dict[str, Any] = {"history": history}  # the SDK annotates StoreItem values
+        await self.storage.write({key: CachedAgentState(document)})
 
     async def turn(self, conv: str, k: int) -> None:
         ctx = ms.TurnContext(self.adapter, self.activities[conv])
         conversation = ms.ConversationState(self.storage)
         await conversation.load(ctx)
-        history = conversation.get_value("history", list)
+        history: list[dict[str, Any]] = ms_get(conversation, "history", [])
         history += [message(f"t{k}u", 0), message(f"t{k}a", 1)]
-        conversation.set_value("history", history)
+        ms_set(conversation, "history", history)
         await conversation.save(ctx)
         last = history[-LAST:]
         assert len(last) <= LAST and last[-1]["id"] == f"t{k}a"
@@ -226,7 +227,9 @@ async def make_systems(tmp: str, redis_url: str | None, redis_label: str) -> lis
         Ours("agent-state · FileStorage (temp dir)", open_storage(f"file://{tmp}/files"), True),
     ]
     if redis_url:
-        storage = RedisStorage.from_url(redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}")
+        storage = RedisStorage.from_url(
+            redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}", write_group=write_group
+        )
         systems.append(Ours(f"agent-state · RedisStorage ({redis_label})", storage))
     for recent, suffix in ((False, ""), (True, ", last 20 only")):
         systems.append(

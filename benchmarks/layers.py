@@ -33,16 +33,18 @@ from turns import Scenario, floor, microsoft
 
 from agent_state import (
     AgentApplication,
+    Scopes,
     TurnContext,
     TurnIds,
     TurnState,
     conversation_key,
+    open_turn,
 )
 from agent_state._bucket import document_of
 from agent_state._document import Document
-from agent_state._lifecycle import open_turn, run_turn, save_documents
-from agent_state._plan import Plan, Scopes
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state._lifecycle import run_turn, save_documents
+from agent_state._plan import Plan
+from agent_state.backends import MemoryStorage, Outcomes, StoreItem
 
 POOL = 500
 SCENARIO = Scenario("small state, changed, state only", big=False, changes=True, replies=False)
@@ -94,7 +96,7 @@ async def layered() -> dict[str, Turn]:
     async def parts(i: int) -> None:
         plan = scopes.plan(ids_of("parts", i))
         key, document, item = bumped(plan, await storage._read(list(plan.keys)))
-        outcomes: dict[str, object] = {}
+        outcomes: Outcomes = {}
         await storage._write([storage._prepare(key, item)], outcomes)
         document.mark_saved(str(outcomes[key]))
 

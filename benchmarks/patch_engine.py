@@ -13,6 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -73,7 +74,7 @@ def patch_and_inverse(doc: dict[str, Any]) -> tuple[Patch, Patch]:
     n = len(doc["users"])
     i = [k * n // 10 for k in range(10)]
     users = doc["users"]
-    patch = [
+    patch: Patch = [
         {"op": "replace", "path": "/meta/version", "value": 2},
         {"op": "add", "path": f"/users/{i[1]}/flag", "value": True},
         {"op": "remove", "path": f"/users/{i[2]}/email"},
@@ -85,7 +86,7 @@ def patch_and_inverse(doc: dict[str, Any]) -> tuple[Patch, Patch]:
         {"op": "add", "path": "/users/-", "value": record(-1)},
         {"op": "replace", "path": "/settings/theme", "value": "dark"},
     ]
-    inverse = [
+    inverse: Patch = [
         {"op": "replace", "path": "/settings/theme", "value": "light"},
         {"op": "remove", "path": f"/users/{n}"},
         {"op": "test", "path": f"/users/{i[7]}/id", "value": i[7]},
@@ -100,7 +101,9 @@ def patch_and_inverse(doc: dict[str, Any]) -> tuple[Patch, Patch]:
     return patch, inverse
 
 
-def in_place_round(apply: Callable[[Any, Patch], Any], doc: Any, patch: Patch, undo: Patch):
+def in_place_round(
+    apply: Callable[[Any, Patch], Any], doc: Any, patch: Patch, undo: Patch
+) -> Callable[[], None]:
     """One timed unit for in-place engines: the patch and then its inverse (two applies).
 
     In-place applies change the document, so timing the same patch over and over would measure
@@ -131,13 +134,13 @@ def bench_apply(jsonpatch: ModuleType, fast: ModuleType | None, fast_note: str) 
         expected = jsonpatch.apply_patch(doc, patch)
         assert apply_patch(doc, patch) == expected, "engines disagree"
 
-        ours_copy = rate(lambda doc=doc, patch=patch: apply_patch(doc, patch))
+        ours_copy = rate(partial(apply_patch, doc, patch))
         mine = copy.deepcopy(doc)
         ours_in_place = rate(
             in_place_round(lambda d, p: apply_patch(d, p, in_place=True), mine, patch, undo), 2
         )
         assert mine == doc, "the inverse patch did not restore the document"
-        jp_copy = rate(lambda doc=doc, patch=patch: jsonpatch.apply_patch(doc, patch))
+        jp_copy = rate(partial(jsonpatch.apply_patch, doc, patch))
         theirs = copy.deepcopy(doc)
         jp_in_place = rate(
             in_place_round(
@@ -177,7 +180,7 @@ def bench_apply(jsonpatch: ModuleType, fast: ModuleType | None, fast_note: str) 
 def edited_document(base: dict[str, Any]) -> tuple[Patch, dict[str, Any]]:
     """Five typical changes to a 100 KB document (edit, add, remove, append, rename)."""
     n = len(base["users"])
-    changes = [
+    changes: Patch = [
         {"op": "replace", "path": f"/users/{n // 5}/score", "value": -1.5},
         {"op": "add", "path": f"/users/{n // 3}/nickname", "value": "neo"},
         {"op": "remove", "path": f"/users/{n // 2}/email"},
@@ -216,12 +219,12 @@ def bench_diff(jsonpatch: ModuleType, fast: ModuleType | None, fast_note: str) -
             ours_patch = make_patch(a, b)
             assert apply_patch(a, ours_patch) == b, "our diff does not reproduce b"
             their_patch = jsonpatch.make_patch(a, b).patch
-            ours = rate(lambda a=a, b=b: make_patch(a, b))
-            theirs = rate(lambda a=a, b=b: jsonpatch.make_patch(a, b))
+            ours = rate(partial(make_patch, a, b))
+            theirs = rate(partial(jsonpatch.make_patch, a, b))
             if fast is None:
                 fast_cell = fast_note
             else:
-                fast_rate = rate(lambda a=a, b=b: fast.make_patch(a, b))
+                fast_rate = rate(partial(fast.make_patch, a, b))
                 fast_cell = f"{fast_rate:,.0f} ({ours / fast_rate:.2f}x)"
             print(
                 f"{name:<30} {kind:<11} | {ours:>8,.0f} {theirs:>9,.1f} {ours / theirs:>6,.1f}x |"

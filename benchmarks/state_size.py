@@ -19,6 +19,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from _support import message
@@ -31,10 +32,10 @@ CHANGES = ("top-level", "nested", "none")
 POOL = 20
 
 
-def document(size: int) -> dict:
+def document(size: int) -> dict[str, Any]:
     """A conversation document of about `size` serialized bytes: a counter, a nested
     profile, and a list of small records."""
-    doc: dict = {"count": 0, "profile": {"prefs": {"theme": "dark", "n": 0}}, "items": []}
+    doc: dict[str, Any] = {"count": 0, "profile": {"prefs": {"theme": "dark", "n": 0}}, "items": []}
     while len(orjson.dumps(doc)) < size:
         doc["items"].append({"id": len(doc["items"]), "text": "x" * 80, "tags": ["a", "b"]})
     return doc

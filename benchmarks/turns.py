@@ -40,13 +40,14 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import backend_turns
 import orjson
-from _support import ROOT, NoConnections, StubAdapter, message, ms_message
+from _support import ROOT, NoConnections, StubAdapter, message, ms_get, ms_message, ms_set
 from google.adk.events import Event, EventActions
 from google.adk.sessions import InMemorySessionService
 from microsoft_agents.hosting import core as ms
@@ -76,9 +77,9 @@ SCENARIOS = [
 ]
 
 
-def seed_state(big: bool) -> dict:
+def seed_state(big: bool) -> dict[str, Any]:
     """The conversation document every system starts from: a counter, plus 50 KB of history."""
-    doc: dict = {"count": 0, "topic": "benchmarks"}
+    doc: dict[str, Any] = {"count": 0, "topic": "benchmarks"}
     if big:
         entry = {"role": "user", "text": "x" * 80, "ts": "2025-01-01T00:00:00Z"}
         doc["history"] = []
@@ -107,11 +108,17 @@ class CountingStorage(MemoryStorage):
         super().__init__()
         self.counts = Counts()
 
-    async def read(self, keys):
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.counts.reads += 1
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         self.counts.writes += 1
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
@@ -144,6 +151,9 @@ async def ours(scenario: Scenario) -> tuple[Turn, Counts]:
 # --- Microsoft 365 Agents SDK ---------------------------------------------------------------
 
 
+MsItem = TypeVar("MsItem", bound=ms.StoreItem)
+
+
 class MsCountingStorage(ms.MemoryStorage):
     """The SDK's MemoryStorage, counting read and write calls."""
 
@@ -151,13 +161,15 @@ class MsCountingStorage(ms.MemoryStorage):
         super().__init__()
         self.counts = Counts()
 
-    async def read(self, keys, *, target_cls, **kwargs):
+    async def read(
+        self, keys: list[str], *, target_cls: type[MsItem], **kwargs: Any
+    ) -> dict[str, MsItem]:
         self.counts.reads += 1
         return await super().read(keys, target_cls=target_cls, **kwargs)
 
-    async def write(self, changes):
+    async def write(self, changes: dict[str, ms.StoreItem]) -> None:
         self.counts.writes += 1
-        return await super().write(changes)
+        await super().write(changes)
 
 
 async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
@@ -169,10 +181,10 @@ async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
 
     @app.activity("message")
     async def on_message(ctx: ms.TurnContext, state: ms.TurnState) -> None:
-        count = state.conversation.get_value("count", lambda: 0)
+        count = ms_get(state.conversation, "count", 0)
         if scenario.changes:
             count += 1
-            state.conversation.set_value("count", count)
+            ms_set(state.conversation, "count", count)
         if scenario.replies:
             await ctx.send_activity(f"count {count}")
 
@@ -183,7 +195,7 @@ async def microsoft(scenario: Scenario) -> tuple[Turn, Counts]:
         state = ms.TurnState.with_storage(storage)
         await state.load(ctx, storage)
         for name, value in seed.items():
-            state.conversation.set_value(name, value)
+            ms_set(state.conversation, name, value)
         await state.save(ctx)
 
     async def turn(i: int) -> None:
@@ -208,6 +220,7 @@ async def adk(scenario: Scenario) -> tuple[Turn, None]:
         session = await service.get_session(
             app_name="bench", user_id=f"user-{n}", session_id=f"conv-{n}"
         )
+        assert session is not None
         count = session.state.get("count", 0)
         delta = {"count": count + 1} if scenario.changes else {}
         event = Event(
@@ -232,7 +245,7 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
 
     async def turn(i: int) -> None:
         activity = incoming[i % POOL]
-        key = activity.conversation.id  # type: ignore[union-attr]
+        key = cast(str, activity.conversation.id)  # type: ignore[union-attr]  # set: message()
         version, data = store[key]
         counts.reads += 1
         doc = orjson.loads(data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from agent_state import TurnIds, UserState, edit_state, list_users, open_user, read_state
@@ -31,7 +32,7 @@ async def seed(storage: FileStorage) -> None:
             user["name"], user["visits"] = name, visits
 
 
-def grant_pro(min_visits: int):
+def grant_pro(min_visits: int) -> Callable[[UserState], None]:
     """The edit for one user; `edit_state` re-runs it on a fresh read after a conflict."""
 
     def edit(user: UserState) -> None:

@@ -42,8 +42,9 @@ def build_app(storage: FileStorage) -> AgentApplication:
 
     @app.before_turn
     async def remember_name(ctx: TurnContext, state: TurnState) -> None:
-        state["temp:name"] = ctx.activity.from_property.name
-        state["user:name"] = ctx.activity.from_property.name
+        sender = ctx.activity.from_property  # every activity of this demo names its sender
+        assert sender is not None
+        state["temp:name"] = state["user:name"] = sender.name
 
     @app.message("hello")
     async def hello(ctx: TurnContext, state: TurnState) -> None:

@@ -2,7 +2,9 @@
 
 `Activity` reads the wire JSON (`channelId`, `from`, ...) and snake_case Python alike, keeps
 every field it does not model, and `Activity.of` accepts the Microsoft 365 Agents SDK's
-activities as they are. A malformed one raises `ActivityError` naming the field.
+activities as they are. A malformed one raises `ActivityError` naming the field, and so does
+one the storage could not keep (the storage's one JSON rule: no lone surrogates, ints within
+64 bits, finite numbers, bounded nesting), before any handler sees it.
 """
 
 from __future__ import annotations
@@ -12,10 +14,22 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic_core import to_jsonable_python
 
 from ._errors import StateError
+from .backends._json import MAX_DEPTH, JsonRuleError, encode_json
 
-_WIRE = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+_WIRE = ConfigDict(
+    alias_generator=to_camel,
+    populate_by_name=True,
+    extra="allow",
+    ser_json_inf_nan="constants",  # a NaN stays a NaN in the JSON dump, so the rule refuses it
+)
+
+KEPT_AT = 2
+"""Containers around an activity where the storage keeps it: a reply in its delivery record
+(`{"replies": [reply]}`). Every activity, incoming or sent, must meet the JSON rule there, so
+a reply that echoes any field of the incoming one can be kept too."""
 
 
 class ActivityError(StateError, ValueError):
@@ -76,23 +90,30 @@ class Activity(BaseModel):
         """Return `activity` as an `Activity`: a wire dict or another SDK's pydantic activity.
 
         Raises `ActivityError` for a field of the wrong shape (an id that is not a str, a
-        `from` that is not an object, ...), `TypeError` for something that is no activity.
+        `from` that is not an object, ...) or one the storage could not keep (see
+        `check_storable`), `TypeError` for something that is no activity.
         """
         if isinstance(activity, cls):
+            check_storable(activity)
             return activity
         if isinstance(activity, BaseModel):
-            activity = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+            try:
+                activity = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+            except ValueError as exc:  # pydantic refuses too deep a value
+                raise ActivityError("(activity)", f"it has no JSON form: {exc}") from None
         if not isinstance(activity, Mapping):
             raise TypeError(
                 f"expected an Activity, a wire dict or a pydantic activity, not "
                 f"{type(activity).__name__}"
             )
         try:
-            return cls.model_validate(activity)
+            parsed = cls.model_validate(activity)
         except ValidationError as exc:
             first, *others = exc.errors(include_url=False)
             field = ".".join(str(part) for part in first["loc"]) or "(activity)"
             raise ActivityError(field, first["msg"], len(others)) from exc
+        check_wire(activity if type(activity) is dict else dict(activity))  # what was kept
+        return parsed
 
     def reply(self, text: str | None = None) -> Activity:
         """A message back to the sender, on the same channel and conversation."""
@@ -105,3 +126,54 @@ class Activity(BaseModel):
             reply_to_id=self.id,
             text=text,
         )
+
+
+def check_storable(activity: Activity) -> None:
+    """`check_wire` of the JSON form of an `Activity` built in Python."""
+    try:
+        wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+    except ValueError:  # pydantic refuses too deep a value: let the JSON rule say where
+        wire = activity.model_dump(by_alias=True, exclude_none=True)
+    check_wire(wire)
+
+
+def check_wire(wire: dict[str, Any]) -> None:
+    """Raise `ActivityError` naming the first field of a wire activity that breaks the
+    storage's JSON rule where a delivery record keeps it (`KEPT_AT`): a lone surrogate, an int
+    beyond 64 bits, a NaN, too deep a nesting, a value of no JSON type. Work is linear in the
+    activity's size."""
+    try:
+        encode_json(_enclosed(wire))
+    except JsonRuleError:
+        for name, value in wire.items():
+            reason = _unstorable(name, value)
+            if reason is not None:
+                raise ActivityError(name, reason) from None
+        raise ActivityError("(activity)", "it is not JSON") from None
+
+
+def _unstorable(name: str, value: Any) -> str | None:
+    """Why the field `name` with `value` cannot be kept, or None when it can."""
+    try:
+        value = to_jsonable_python(value)
+    except ValueError:
+        pass  # too deep, cyclic or of an unknown type: the JSON rule below says which
+    try:
+        encode_json({name: value})
+    except JsonRuleError as exc:
+        return str(exc)
+    try:
+        encode_json(_enclosed({name: value}))
+    except JsonRuleError:
+        return (
+            f"it nests deeper than {MAX_DEPTH - KEPT_AT - 1} containers, "
+            "the most a field can where its delivery record keeps it"
+        )
+    return None
+
+
+def _enclosed(wire: Any) -> Any:
+    """`wire` as deep as a delivery record keeps it (`KEPT_AT` containers around it)."""
+    for _ in range(KEPT_AT):
+        wire = [wire]
+    return wire

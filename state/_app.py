@@ -19,7 +19,14 @@ from pydantic import BaseModel
 from ._activity import Activity
 from ._bucket import AgentState
 from ._context import TurnContext
-from ._delivery import RETENTION_SECONDS, DeliveryRecord, recorded_replies, remember
+from ._delivery import (
+    CLAIM_LEASE_SECONDS,
+    RETENTION_SECONDS,
+    DeliveryRecord,
+    claim_activity,
+    recorded_replies,
+    remember,
+)
 from ._ids import TurnIds
 from ._keys import activity_key
 from ._lifecycle import TURN_ATTEMPTS, run_turn
@@ -63,7 +70,10 @@ class AgentApplication:
     nothing the turn read or wrote; otherwise the turn runs again on the newer state
     (`ctx.attempt` counts the runs; replies of an earlier run are dropped), at most
     `turn_attempts` times. A route registered with `rerun=False` fails with
-    `StateConflictError` instead, nothing of the turn saved (handlers with outside effects).
+    `StateConflictError` instead, nothing of the turn saved. A route registered with
+    `claim=True` (handlers with outside effects) also claims its activity in storage before
+    the handler runs, so the handler runs at most once across processes while the claim's
+    lease (`claim_lease` seconds) holds; see `_delivery`.
     """
 
     def __init__(
@@ -74,6 +84,7 @@ class AgentApplication:
         custom_scopes: Iterable[type[AgentState]] = (),
         namespace: str | None = None,
         dedup_retention: float | None = RETENTION_SECONDS,
+        claim_lease: float = CLAIM_LEASE_SECONDS,
     ) -> None:
         self.storage = storage
         self.app_name = app_name
@@ -87,27 +98,37 @@ class AgentApplication:
         self._queues = TurnQueues()
         self.turn_attempts = TURN_ATTEMPTS
         self._records = _records_kept_for(dedup_retention)
+        self.claim_lease = _positive(claim_lease, "claim_lease")
         self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(TurnIds)
         """The `TurnIds` of recent turns, one object per distinct ids (so plan lookups find
         them by identity)."""
 
     def message(
-        self, pattern: str | re.Pattern[str] | None = None, *, rerun: bool = True
+        self,
+        pattern: str | re.Pattern[str] | None = None,
+        *,
+        rerun: bool = True,
+        claim: bool = False,
     ) -> Callable[[_H], _H]:
         """Route messages: a str matches the whole trimmed text ignoring case, a regex is
         searched in it, `None` matches every message. `rerun=False`: a conflict fails the
-        turn instead of running the handler again (see the class docstring)."""
-        return self._route(text_selector(pattern), rerun)
+        turn instead of running the handler again; `claim=True`: that, and the activity is
+        claimed before the handler runs (see the class docstring)."""
+        return self._route(text_selector(pattern), rerun, claim)
 
-    def activity(self, activity_type: str, *, rerun: bool = True) -> Callable[[_H], _H]:
+    def activity(
+        self, activity_type: str, *, rerun: bool = True, claim: bool = False
+    ) -> Callable[[_H], _H]:
         """Route activities of one type, e.g. `"conversationUpdate"` or `"event"`."""
-        return self._route(type_selector(activity_type), rerun)
+        return self._route(type_selector(activity_type), rerun, claim)
 
-    def route(self, selector: Selector, *, rerun: bool = True) -> Callable[[_H], _H]:
+    def route(
+        self, selector: Selector, *, rerun: bool = True, claim: bool = False
+    ) -> Callable[[_H], _H]:
         """Route turns for which `selector(ctx)` (sync or async) is true."""
         if not callable(selector):
             raise TypeError("route() takes a callable selector(ctx)")
-        return self._route(selector, rerun)
+        return self._route(selector, rerun, claim)
 
     def before_turn(self, hook: _Hook) -> _Hook:
         """Run `hook(ctx, state)` before routing; returning `False` ends the turn there."""
@@ -151,14 +172,14 @@ class AgentApplication:
                     return first
             ctx = TurnContext(activity, state, attempt)
             try:
-                await self._run(ctx, state)
+                claimed = await self._run(ctx, state, record)
             except Exception as error:
                 if self._on_error is None:
                     raise
                 state.discard()
                 await self._on_error(ctx, error)
                 return ctx.replies
-            if record is not None and state.changed():
+            if record is not None and (claimed or state.changed()):
                 remember(record, activity, ctx.replies)
             return ctx.replies
 
@@ -192,38 +213,53 @@ class AgentApplication:
             namespace=ids.namespace,
         )
 
-    async def _run(self, ctx: TurnContext, state: TurnState) -> None:
+    async def _run(self, ctx: TurnContext, state: TurnState, record: DeliveryRecord | None) -> bool:
+        """Run the hooks and the first matching route; whether the route claimed the activity
+        (then its record is saved even when nothing else changed, replacing the claim)."""
+        claimed = False
         if self._before and not await _run_hooks(self._before, ctx, state):
-            return
+            return claimed
         for route in self._routes:  # the first match, in registration order
             matched = route.selector(ctx)
             if type(matched) is not bool and inspect.isawaitable(matched):
                 matched = await matched
             if matched:
-                if not route.rerun:
+                if not route.rerun or route.claim:
                     state.forbid_rerun()
+                if route.claim and record is not None:
+                    await claim_activity(self.storage, record, ctx.activity, self.claim_lease)
+                    claimed = True
                 await route.handler(ctx, state)
                 break
         if self._after:
             await _run_hooks(self._after, ctx, state)
+        return claimed
 
-    def _route(self, selector: Selector, rerun: bool) -> Callable[[_H], _H]:
-        if not isinstance(rerun, bool):
-            raise TypeError(f"rerun must be True or False, got {rerun!r}")
+    def _route(self, selector: Selector, rerun: bool, claim: bool) -> Callable[[_H], _H]:
+        if not isinstance(rerun, bool) or not isinstance(claim, bool):
+            raise TypeError(f"rerun and claim must be True or False, got {rerun!r}, {claim!r}")
+        if claim and self._records.ttl is None:
+            raise ValueError("claim=True needs activity records: dedup_retention is None")
 
         def register(handler: _H) -> _H:
-            self._routes.append(Route(selector, require_async(handler, "route handler"), rerun))
+            handler = require_async(handler, "route handler")
+            self._routes.append(Route(selector, handler, rerun, claim))
             return handler
 
         return register
 
 
+def _positive(seconds: object, name: str) -> float:
+    """`seconds` when it is a positive number (ValueError naming `name` otherwise)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return float(seconds)
+
+
 def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
     """The record class whose documents live `seconds` (None: no records, no dedup)."""
-    if seconds is not None and (
-        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
-    ):
-        raise ValueError(f"dedup_retention must be a positive number of seconds, got {seconds!r}")
+    if seconds is not None:
+        _positive(seconds, "dedup_retention")
     if seconds == RETENTION_SECONDS:
         return DeliveryRecord
     return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "ttl": seconds})

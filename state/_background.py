@@ -3,7 +3,9 @@
 Two ways to edit, both bounded by `retries` and ending in `StateConflictError`:
 
 - `edit_state(storage, cls, ids, fn)` runs `fn(bucket)` on a fresh read and re-runs it on a
-  newer read whenever the write meets a conflict: right for any edit (counters included).
+  newer read whenever the write meets a conflict, with the turns' policy (`run_turn`): as
+  many runs, the same backoff, and after a conflict the edits of one key in this process
+  take turns. Right for any edit (counters included); contention does not fail it.
 - `async with open_state(storage, cls, ids) as bucket:` saves on exit. A block cannot be
   re-run, so on a conflict its recorded patch is replayed onto the newer version when the
   other writer changed nothing the block read or wrote (a list counts as one value);
@@ -22,12 +24,23 @@ from ._bucket import AgentState, document_of
 from ._errors import StateConflictError
 from ._ids import TurnIds
 from ._keys import list_prefix, parse_key
-from ._lifecycle import ConflictRetries, open_turn, read_turn, save_documents
+from ._lifecycle import (
+    TURN_ATTEMPTS,
+    ConflictRetries,
+    _queued,
+    open_turn,
+    read_turn,
+    save_documents,
+)
 from ._plan import Scopes
+from ._queue import TurnQueues
 from ._scopes import UserState
 from .backends import InvalidKeyError, Storage
 
 B = TypeVar("B", bound=AgentState)
+
+_QUEUES = TurnQueues()
+"""The queues of the keys this process's background edits met a conflict on."""
 
 
 async def read_state(storage: Storage, cls: type[B], ids: TurnIds) -> B:
@@ -42,20 +55,35 @@ async def edit_state(
     ids: TurnIds,
     fn: Callable[[B], Awaitable[object] | object],
     *,
-    retries: int = 3,
+    retries: int = TURN_ATTEMPTS - 1,
 ) -> B:
-    """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`."""
+    """Read, apply `fn` (sync or async) and write; on a conflict re-read and re-run `fn`, at
+    most `retries` more times, like a turn: after a jittered backoff, and holding this
+    process's queue of the key, so concurrent edits in one process take turns instead of
+    meeting again."""
     policy = ConflictRetries(retries, rerun=True)
+    contended: set[str] = set()
     while True:
         try:
-            bucket = await read_state(storage, cls, ids)
-            outcome = fn(bucket)
-            if inspect.isawaitable(outcome):
-                await outcome
-            await save_documents(storage, [document_of(bucket)])
-            return bucket
+            if not contended:
+                return await _edit(storage, cls, ids, fn)
+            async with _queued(_QUEUES, contended):
+                return await _edit(storage, cls, ids, fn)
         except StateConflictError as exc:
+            contended.update(exc.keys)
             await policy.after(exc)
+
+
+async def _edit(
+    storage: Storage, cls: type[B], ids: TurnIds, fn: Callable[[B], Awaitable[object] | object]
+) -> B:
+    """One run of `edit_state`: read, apply `fn`, write conditionally."""
+    bucket = await read_state(storage, cls, ids)
+    outcome = fn(bucket)
+    if inspect.isawaitable(outcome):
+        await outcome
+    await save_documents(storage, [document_of(bucket)])
+    return bucket
 
 
 @asynccontextmanager

@@ -268,16 +268,36 @@ class _ModelDocument(Document):
     does not declare are kept aside (`kept`) and written back as they were."""
 
     schema: ClassVar[typed.Schema]
-    __slots__ = ("kept",)
+    __slots__ = ("kept", "migrated")
     kept: dict[str, Any]
+    migrated: bool
+    """Whether the stored document was at an older schema version (migrated on decode)."""
 
     def __init__(self, key: str | None, item: StoreItem | None) -> None:
         self.kept = {}
+        self.migrated = False
         super().__init__(key, item)
 
     def load(self, item: StoreItem | None) -> None:
         super().load(item)
         self.kept = {}
+        self.migrated = False
+
+    def upgrade_write(self) -> StoreItem | None:
+        if not self.migrated or self.closed:
+            return None
+        document = self.document()
+        self._pending = self.dump(document)
+        return StoreItem(document, self.etag, self._pending, ttl=self.ttl)
+
+    def mark_saved(self, etag: str) -> None:
+        super().mark_saved(etag)
+        self.migrated = False
+
+    def rebase(self, newer: StoreItem | None) -> None:
+        outdated = newer is not None and typed.outdated(self.schema, newer.value)
+        super().rebase(newer)
+        self.migrated = outdated
 
     def reset(self) -> None:
         """Go back to the model's defaults (`AgentState.clear`)."""
@@ -288,7 +308,9 @@ class _ModelDocument(Document):
 
     def root(self) -> Any:
         if self._value is None and not self.closed:  # decode the model first
-            self._value, self.kept = typed.decode(self.schema, self.key, self._loaded)
+            loaded = self._loaded
+            self.migrated = loaded is not None and typed.outdated(self.schema, loaded)
+            self._value, self.kept = typed.decode(self.schema, self.key, loaded)
             self._base = self.dump(typed.encode(self.schema, self._value, self.kept))
             self._loaded = self._stored = None
         return super().root()

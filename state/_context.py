@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._activity import Activity
+from ._activity import Activity, check_wire
+from ._errors import StateClosedError
 
 if TYPE_CHECKING:
     from ._turn_state import TurnState
@@ -15,8 +16,10 @@ class TurnContext:
     """One turn: the incoming `activity`, the turn's `state` and the `replies` sent so far.
 
     `send` only collects replies; `AgentApplication.process` returns them to the caller,
-    which delivers them to the channel. `attempt` is 1, or more when the turn runs again
-    after a conflict (the replies of an earlier run are dropped, never returned).
+    which delivers them to the channel, so a `send` after the turn ended raises
+    `StateClosedError` (the reply would never be delivered). `attempt` is 1, or more when
+    the turn runs again after a conflict (the replies of an earlier run are dropped, never
+    returned).
     """
 
     __slots__ = ("activity", "state", "replies", "attempt")
@@ -33,8 +36,12 @@ class TurnContext:
         return (self.activity.text or "").strip()
 
     async def send(self, message: str | Activity | Mapping[str, Any]) -> Activity:
-        """Queue a reply: a text, or an activity whose missing routing fields are filled in."""
+        """Queue a reply: a text, or an activity whose missing routing fields are filled in.
+        `ActivityError` for a reply the storage could not keep in the turn's delivery record."""
+        if self.state.closed:
+            raise StateClosedError("replies")
         if isinstance(message, str):
+            check_wire({"text": message})  # the rest comes from the checked incoming activity
             reply = self.activity.reply(message)
         else:
             reply = Activity.of(message)

@@ -150,8 +150,14 @@ class Document:
         self._pending = dumped
         return StoreItem(document, self.etag, dumped, ttl=self.ttl)
 
+    def upgrade_write(self) -> StoreItem | None:
+        """The write storing an unchanged document read at an older schema version, migrated;
+        None for every other document. A save adds it to a write it makes anyway, never one of
+        its own (`save_documents`)."""
+        return None
+
     def mark_saved(self, etag: str) -> None:
-        """Record that the last `pending_write()` was stored as version `etag`."""
+        """Record that the last `pending_write()` (or `upgrade_write()`) was stored as `etag`."""
         if self._pending is None:
             raise StateError("mark_saved() needs a pending_write() first")
         self._base, self.etag, self._pending = self._pending, etag, None

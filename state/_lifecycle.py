@@ -53,7 +53,8 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     nothing changed.
 
     The documents the turn only read go with it as read checks (`Storage.write(unchanged=)`),
-    so a save never rests on a value another writer changed meanwhile. The batch is
+    so a save never rests on a value another writer changed meanwhile; one the turn read at an
+    older schema version (migrated on load) is written migrated instead. The batch is
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
     the scopes (or record kinds), and every document keeps its changes for a retry.
     """
@@ -70,6 +71,11 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
             read[key] = document
     if not pending:
         return
+    for key, document in list(read.items()):  # a document migrated on load goes along
+        upgrade = document.upgrade_write()
+        if upgrade is not None:
+            pending[key] = (document, upgrade)
+            del read[key]
     unchanged = {key: document.etag for key, document in read.items()} or None
     try:
         etags = await storage.write(

@@ -24,8 +24,9 @@ PATH_CACHE_SIZE = 1024
 """Distinct state paths whose parse an application keeps."""
 TURN_STATE_NAMES = frozenset({
     "app", "attach", "changed", "close", "closed", "conversation", "delete", "discard",
-    "discarded", "fetch", "forbid_rerun", "get", "has", "history", "ids", "load", "rerun",
-    "scope", "scope_names", "session", "set", "stored_documents", "temp", "user",
+    "discarded", "fetch", "forbid_rerun", "get", "has", "history", "ids", "keys", "load",
+    "rerun", "scope", "scope_names", "session", "set", "setdefault", "stored_documents",
+    "temp", "to_dict", "update", "user",
 })  # fmt: skip
 """`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
 listed here so the plan needs nothing of the turn (tests/state/test_turn_state.py pins them)."""
@@ -40,6 +41,15 @@ class Plan(NamedTuple):
     """The keys to read, in scope order."""
     missing: dict[str, MissingIdError]
     """The scopes whose key needs an id these ids lack."""
+
+
+class Located(NamedTuple):
+    """Where a state key or path points: a scope, the steps inside it, and whether it was
+    written as a dotted path (which `[]`, `in` and `del` refuse)."""
+
+    scope: str
+    steps: tuple[str, ...]
+    path: bool
 
 
 class Scopes:
@@ -61,23 +71,23 @@ class Scopes:
         self.names = frozenset(name for name, _ in self.classes)
         """Every scope name, whether or not a turn has the ids its key needs."""
         self.plan: Callable[[TurnIds], Plan] = lru_cache(maxsize=PLAN_CACHE_SIZE)(self._plan)
-        self.locate: Callable[[str], tuple[str, tuple[str, ...]]] = lru_cache(
-            maxsize=PATH_CACHE_SIZE
-        )(self._locate)
+        self.locate: Callable[[str], Located] = lru_cache(maxsize=PATH_CACHE_SIZE)(self._locate)
 
-    def _locate(self, path: str) -> tuple[str, tuple[str, ...]]:
-        """The scope and steps of a state path: `"user.a.b"` and `"user:a.b"` are steps
-        `a, b` of the user scope; a path whose first step names no scope is session state.
-        Cached per path (`locate`), since this depends on the path and the scope names alone."""
-        head, colon, rest = path.partition(":")
+    def _locate(self, key: str) -> Located:
+        """Where a state key or path points. A colon before any dot is the prefix form: one
+        member of that scope, named as is (`"user:last.login"`). A first dotted step naming a
+        scope is the path form (`"user.profile.name"`: steps `profile`, `name`). Anything
+        else is one session member, named as is (`"topic"`, `"version.2"`). Cached per key
+        (`locate`), since this depends on the key and the scope names alone."""
+        if not key:
+            raise StatePathError("a state key or path must be a non-empty str")
+        head, colon, name = key.partition(":")
         if colon and "." not in head:
-            return head, split_path(rest)
-        first, _, rest = path.partition(".")
-        if first in self.names:
-            if not rest:
-                raise StatePathError(f"path {path!r} names a whole scope; add a key inside it")
-            return first, split_path(rest)
-        return "session", split_path(path)
+            return Located(head, (name,), False)
+        first, dot, rest = key.partition(".")
+        if dot and first in self.names:
+            return Located(first, split_path(rest), True)
+        return Located("session", (key,), False)
 
     def _plan(self, ids: TurnIds) -> Plan:
         """The buckets of a turn with `ids`; `ScopeError` when two scopes share a key."""

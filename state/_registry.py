@@ -13,11 +13,11 @@ from .backends import Storage, StorageConfigError
 
 _SCHEMES: dict[str, str] = {
     "memory": "agent_state.backends._memory:MemoryStorage",
-    "redis": "agent_state.backends._redis:RedisStorage",
-    "rediss": "agent_state.backends._redis:RedisStorage",
-    "file": "agent_state.backends._file:FileStorage",
-    "azure-blob": "agent_state.backends._blob:BlobStorage",
-    "cosmos": "agent_state.backends._cosmos:CosmosStorage",
+    "redis": "agent_state.backends.redis.storage:RedisStorage",
+    "rediss": "agent_state.backends.redis.storage:RedisStorage",
+    "file": "agent_state.backends.file.storage:FileStorage",
+    "azure-blob": "agent_state.backends.blob.storage:BlobStorage",
+    "cosmos": "agent_state.backends.cosmos.storage:CosmosStorage",
 }
 
 

@@ -45,11 +45,13 @@ class Route:
 
     `rerun`: whether a turn of this route may run again when its save meets a conflict it
     cannot merge (False for handlers with outside effects: the turn then fails instead).
+    `claim`: whether the turn claims its activity before the handler runs (see `_delivery`).
     """
 
     selector: Selector
     handler: Handler
     rerun: bool = True
+    claim: bool = False
 
 
 def text_selector(pattern: str | re.Pattern[str] | None) -> Selector:

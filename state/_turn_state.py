@@ -1,15 +1,16 @@
 """`TurnState`: every bucket of one turn, loaded in one read and saved in at most one write.
 
 Keys: `state["user:name"]` is the member `name` of the user bucket and `state["topic"]`
-(no prefix) one of the session bucket, as in Google ADK; the key after the prefix is taken
-as is. Paths: `state.get("user.profile.name")` walks into nested dicts, lists and models; a
-first step that names no scope makes the whole path session state (`state.get("topic")`),
-and `"user:profile.name"` works too.
+(no prefix) one of the session bucket, as in Google ADK; a key names one member, as is
+(`"user:last.login"` is the member `last.login`), in `[]`, `in`, `del`, `get`, `set`, `has`,
+`delete`, `setdefault`, `update` and `to_dict` alike. Paths: a dotted key whose first step
+names a scope, `state.get("user.profile.name")`, walks into nested dicts, lists and models
+(`get`, `set`, `has`, `delete` only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._bucket import AgentState, document_of
@@ -186,63 +187,103 @@ class TurnState:
         return self.scope(name)
 
     def __getitem__(self, key: str) -> Any:
-        bucket, name = self._split_key(key)
+        bucket, name = self._member(key)
         return bucket[name]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        bucket, name = self._split_key(key)
+        bucket, name = self._member(key)
         bucket[name] = value
 
     def __delitem__(self, key: str) -> None:
-        bucket, name = self._split_key(key)
+        bucket, name = self._member(key)
         del bucket[name]
 
     def __contains__(self, key: str) -> bool:
-        bucket, name = self._split_key(key)
+        bucket, name = self._member(key)
         return name in bucket
 
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        """`state[key]` when present, else set it to `default` and return that."""
+        bucket, name = self._member(key)
+        return bucket.setdefault(name, default)
+
+    def update(
+        self, members: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), /, **more: Any
+    ) -> None:
+        """Set several keys, as `dict.update`; every key is checked before any is set."""
+        pairs = [*(members.items() if isinstance(members, Mapping) else members), *more.items()]
+        targets = [(*self._member(key), value) for key, value in pairs]
+        for bucket, name, value in targets:
+            bucket[name] = value
+
+    def keys(self) -> list[str]:
+        """Every member of every scope this turn has ids for, as the key that `[]` takes:
+        `"user:name"`, and a session member plain (`"topic"`) unless that would read as
+        another key (`"session:user.x"`). Reads every bucket whole, as `.data` does."""
+        return [
+            self._key_of(scope, name) for scope in self._plan.scopes for name in self.scope(scope)
+        ]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every member of the turn's scopes under its `keys()` key, as `dict(state)` gives;
+        values are what `[]` returns (in-place edits of them are saved)."""
+        return {key: self[key] for key in self.keys()}
+
     def get(self, path: str, default: Any = None) -> Any:
-        """The value at a path such as `"conversation.count"`, or `default` when absent."""
+        """The value of a key or path (`"user:name"`, `"conversation.count"`), or `default`."""
         bucket, parts = self._locate(path)
         value = bucket.get_path(parts)
         return default if value is MISSING else value
 
     def set(self, path: str, value: Any) -> None:
-        """Set the value at a path such as `"user.profile.name"`, creating missing dicts."""
+        """Set the value of a key or path (`"user.profile.name"`), creating missing dicts."""
         bucket, parts = self._locate(path)
         bucket.set_path(parts, value)
 
     def delete(self, path: str) -> None:
-        """Remove the value at a path, if present."""
+        """Remove the value of a key or path, if present."""
         bucket, parts = self._locate(path)
         bucket.delete_path(parts)
 
     def has(self, path: str) -> bool:
-        """Whether a value (falsy ones too) exists at a path."""
+        """Whether a value (falsy ones too) exists at a key or path."""
         bucket, parts = self._locate(path)
         return bucket.get_path(parts) is not MISSING
 
-    def _split_key(self, key: str) -> tuple[AgentState, str]:
-        """`"user:name"` -> (user bucket, "name"); no prefix -> the session bucket."""
+    def _member(self, key: str) -> tuple[AgentState, str]:
+        """The bucket and member a key names (`"user:name"`, `"topic"`); a dotted path such
+        as `"user.name"` is refused, since `[]` would otherwise take it as a session member."""
         if not isinstance(key, str):
             raise TypeError(f"state keys are str, got {type(key).__name__}")
-        scope, colon, name = key.partition(":")
-        if colon:
-            return self.scope(scope), name
-        head, dot, rest = key.partition(".")
-        if dot and head in self._scopes.names:
+        scope, steps, path = self._scopes.locate(key)
+        if path:
+            head, _, rest = key.partition(".")
             raise StatePathError(
-                f"state[{key!r}] would name a session member called {key!r}; for the {head} "
-                f"scope write state[{f'{head}:{rest}'!r}], or state.get/set({key!r}) for a path"
+                f"state[{key!r}] is a path, not a key; for a member of the {head} scope write "
+                f"state[{f'{head}:{rest}'!r}], or state.get/set({key!r}) for a path"
             )
-        return self.scope("session"), key
+        return self.scope(scope), steps[0]
 
-    def _locate(self, path: str) -> tuple[AgentState, tuple[str, ...]]:
-        """Resolve a path's scope (`"user.a"`, `"user:a"`, else session) and its steps."""
-        if not isinstance(path, str):
-            raise StatePathError(f"a path must be a str, got {type(path).__name__}")
-        name, parts = self._scopes.locate(path)
-        return self.scope(name), parts
+    def _key_of(self, scope: str, name: str) -> str:
+        """The key `[]` takes for a member: `"scope:name"`, or a session member's plain name
+        when that reads back as the same member."""
+        if scope == "session":
+            try:
+                if self._scopes.locate(name) == (scope, (name,), False):
+                    return name
+            except StatePathError:  # "", "user.": no key on its own
+                pass
+        return f"{scope}:{name}"
+
+    def _locate(self, key: str) -> tuple[AgentState, tuple[str, ...]]:
+        """The bucket and steps of a key (one step) or dotted path (see `Scopes.locate`)."""
+        if not isinstance(key, str):
+            raise StatePathError(f"a path must be a str, got {type(key).__name__}")
+        scope, steps, _ = self._scopes.locate(key)
+        return self.scope(scope), steps
 
 
 def _require_key(bucket: AgentState) -> str:

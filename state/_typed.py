@@ -91,6 +91,12 @@ def check(cls: Schema, key: str | None, document: dict[str, Any]) -> None:
         raise validation_error(key, exc) from exc
 
 
+def outdated(cls: Schema, raw: dict[str, Any]) -> bool:
+    """Whether a stored document is at an older schema version than the model's (so loading
+    it migrated it)."""
+    return cls.version is not None and raw.get(SCHEMA_FIELD, 1) != cls.version
+
+
 def upgrade(cls: Schema, key: str | None, raw: dict[str, Any]) -> dict[str, Any]:
     """Run the registered migrations from the document's schema version to the bucket's."""
     target = cls.version

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import importlib.metadata
 import inspect
 import json
 import os
@@ -135,12 +136,16 @@ class _Agent:
 
 @pytest.fixture
 def agent() -> Iterator[_Agent]:
-    """The local agent the AG-UI block posts to (`$AGUI_AGENT_URL`)."""
+    """The local agent the AG-UI block posts to (`$AGUI_AGENT_URL`): like the example
+    server, it answers 401 to a request without an `X-User` header."""
     runs: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             run_input = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if not self.headers.get("X-User"):  # as examples/agui_server.py authenticates
+                self._answer(401, "application/json", b'{"detail": "who are you?"}')
+                return
             runs.append(run_input)
             ids = {"threadId": run_input["threadId"], "runId": run_input["runId"]}
             events = [
@@ -153,8 +158,11 @@ def agent() -> Iterator[_Agent]:
                 {"type": "RUN_FINISHED", **ids},
             ]
             body = "".join(f"data: {json.dumps(event)}\n\n" for event in events).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
+            self._answer(200, "text/event-stream", body)
+
+        def _answer(self, status: int, kind: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -304,3 +312,29 @@ def test_the_error_table_is_the_public_hierarchy() -> None:
 
 if __name__ == "__main__":  # the subprocess of one document (`run_document`)
     run_blocks(blocks_of(Path(sys.argv[1])))
+
+
+REGISTRY_INSTALL = re.compile(r"pip3?\s+install\s+(?:-\S+\s+)*['\"]?agent[-_]state", re.I)
+"""`pip install agent-state[...]`: an install from a package index, where it is not."""
+
+
+def test_no_doc_installs_from_a_package_index() -> None:
+    """agent-state installs from a clone (`pip install -e '.[extra]'`), never by name."""
+    texts = [*DOCUMENTS, *sorted((ROOT / "examples").glob("*.py"))]
+    found = [
+        f"{path.name}: {match.group(0)}"
+        for path in texts
+        for match in REGISTRY_INSTALL.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert found == []
+    assert "pip install -e '.[agui]'" in (ROOT / "docs" / "agui.md").read_text(encoding="utf-8")
+
+
+def test_the_agui_extra_serves_the_agui_example() -> None:
+    """`.[agui]` brings every package examples/agui_server.py imports (uvicorn included)."""
+    requires = importlib.metadata.requires("agent-state") or []
+    agui = " ".join(r for r in requires if "extra ==" not in r or 'extra == "agui"' in r)
+    source = (ROOT / "examples" / "agui_server.py").read_text(encoding="utf-8")
+    imported = set(re.findall(r"^\s*(?:import|from) (\w+)", source, re.M))
+    for package in sorted(imported - set(sys.stdlib_module_names) - {"agent_state"}):
+        assert package.replace("_", "-") in agui, f"{package} is not in the agui extra"

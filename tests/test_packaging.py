@@ -17,12 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PUBLIC_MODULES = {
     "agent_state": [
-        "Activity", "ActivityConflictError", "ActivityError", "AgentApplication", "AgentState",
+        "Activity", "ActivityClaimedError",
+        "ActivityConflictError", "ActivityError", "AgentApplication", "AgentState",
         "AppState", "ChannelAccount", "ConversationAccount", "ConversationState", "History",
         "HistoryError", "MissingIdError", "ParsedKey", "Run", "RunConflictError", "RunStateError",
         "ScopeError", "Scopes", "Selection", "SessionState", "StateClosedError",
         "StateConflictError", "StateError", "StatePathError", "StateValidationError",
-        "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState", "UserState",
+        "StateValueError", "TempState", "TurnContext", "TurnIds", "TurnState",
+        "TurnQueues", "UserState",
         "accept_run", "app_key", "cancel_run", "conversation_key", "edit_state", "escape_segment",
         "execute_run", "thread",
         "list_conversations", "list_users", "literal", "model_messages", "next_turn", "open_run",
@@ -43,6 +45,12 @@ PUBLIC_MODULES = {
         "validate_patch",
     ],
     "agent_state.backends.testing": ["Harness", "StorageContract", "create"],
+    "agent_state.bridges": [],
+    "agent_state.bridges.m365": [
+        "AgentStateStorage", "ImportReport", "TurnQueueMiddleware", "import_m365_blobs",
+        "import_m365_cosmos",
+    ],
+    "agent_state.bridges.adk": ["AgentStateSessionService"],
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RequestLimits", "RunHaltedError", "RunInputError", "RunInputTimeoutError",

@@ -25,8 +25,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from .._history import History
-from .._turn_state import TurnState
+from .. import History, TurnState
 from ..jsonpatch import make_patch
 from ._exposed import ExposedState, M
 

@@ -42,22 +42,21 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .._errors import MissingIdError, StateValidationError
-from .._history import HistoryError
-from .._ids import TurnIds
-from .._lifecycle import open_turn
-from .._queue import TurnQueues
-from .._runs import (
-    LEASE_SECONDS,
-    Clock,
+from .. import (
+    HistoryError,
+    MissingIdError,
     Run,
     RunConflictError,
+    StateValidationError,
+    TurnIds,
+    TurnQueues,
+    TurnState,
     accept_run,
     execute_run,
     model_messages,
+    open_turn,
     thread,
 )
-from .._turn_state import TurnState
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
 from ._exposed import ExposedState, M, validation_summary
@@ -92,20 +91,22 @@ class AGUIEndpoint(Generic[M]):
         namespace: str | None = None,
         limits: RequestLimits = RequestLimits(),  # noqa: B008 (frozen)
         drop_reasoning: bool = False,
-        clock: Clock = time.time,
-        lease: float = LEASE_SECONDS,
+        clock: Callable[[], float] = time.time,
+        lease: float | None = None,
     ) -> None:
         """`state`: the pydantic model of the exposed thread state (fields named in
         `server_only` are stored but never sent or accepted). `authenticate(request)` names
         the user; the request body never does. `app_name` names the agent: its threads,
         runs and history are its own. `drop_reasoning` leaves reasoning messages out of the
-        history the agent is given (`without_prior_reasoning`); `clock` and `lease` time
-        the runs' leases (see `accept_run`)."""
+        history the agent is given (`without_prior_reasoning`); `clock` and `lease` (None:
+        the default) time the runs' leases (see `accept_run`)."""
         self.agent, self.storage, self.exposed = agent, storage, ExposedState(state, server_only)
         self.authenticate, self.limits = authenticate, limits
         self.channel, self.app_name, self.namespace = channel, app_name, namespace
         self.history = thread().without_prior_reasoning() if drop_reasoning else thread()
-        self.clock, self.lease = clock, lease
+        self._timing: dict[str, Any] = {"clock": clock}
+        if lease is not None:
+            self._timing["lease"] = lease
         self._queues = TurnQueues()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -180,8 +181,7 @@ class AGUIEndpoint(Generic[M]):
             return {**request, "messages": new}
 
         return await accept_run(self.storage, ids, run_input.run_id, request,
-                                history=self.history, check=check, clock=self.clock,
-                                lease=self.lease)  # fmt: skip
+                                history=self.history, check=check, **self._timing)  # fmt: skip
 
     async def _run(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """Run the agent in a task whose events stream as they come; cancelled (and recorded
@@ -231,9 +231,7 @@ class AGUIEndpoint(Generic[M]):
 
         try:
             async with self._queues.turn(run.ids):  # this process's runs of a thread take turns
-                snapshot, result = await execute_run(
-                    self.storage, run, attempt, clock=self.clock, lease=self.lease
-                )
+                snapshot, result = await execute_run(self.storage, run, attempt, **self._timing)
         except Exception as exc:  # the agent's or the store's: the run is recorded failed
             log.warning("run %r of thread %r failed: %s", run_id, thread_id, exc)
             if shown:

@@ -12,8 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .._bucket import AgentState
-from .._errors import StateValidationError
+from .. import AgentState, StateValidationError
 from ._server_errors import RunInputError
 
 M = TypeVar("M", bound=BaseModel)

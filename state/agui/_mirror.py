@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ag_ui.core import RunAgentInput
 from pydantic import BaseModel
@@ -25,6 +25,9 @@ from ._mirror_errors import MalformedEventError, MalformedPatchError, RunHaltedE
 from ._sse import aiter_sse_events, iter_sse_events
 from ._streaming import STREAM_HANDLERS
 from ._wire import event_type, json_copy, require_str, to_wire
+
+if TYPE_CHECKING:
+    from ._client import AGUIClient
 
 __all__ = ["SkippedDelta", "StateMirror"]
 
@@ -119,6 +122,22 @@ class StateMirror:
                 **({} if resume is None else {"resume": list(resume)}),
             }
         )
+
+    async def arun(
+        self, client: AGUIClient, run_input: RunAgentInput | None = None
+    ) -> RunAgentInput:
+        """Run the agent through `client` and follow the run: `run_input`, by default
+        `next_input()`, is posted and each event applied as it arrives; the input is returned.
+        An answer that is no event stream (an error status, such as 401 without credentials)
+        raises `RunRefusedError` with the mirror left as it was."""
+        run_input = run_input if run_input is not None else self.next_input()
+        started = False
+        async for event in client.stream(run_input):
+            if not started:  # the server accepted the run: follow it
+                self.start_run(run_input)
+                started = True
+            self.apply(event)
+        return run_input
 
     def apply(self, event: EventInput) -> None:
         """Apply one event (an ag-ui model or a wire-form dict); see the module docstring."""

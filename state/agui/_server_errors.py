@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._errors import StateError
+from .. import StateError
 
 
 class RunInputError(StateError, ValueError):

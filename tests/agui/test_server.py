@@ -259,7 +259,7 @@ async def thread_of_runs(
         views.append(copy.deepcopy(run.state.model_dump(mode="json", exclude={"secret"})))
 
     async def agent(run: AgentRun[Board]) -> None:
-        steps = runs[int(run.input.forwarded_props["index"])][1]
+        steps = runs[int((run.input.forwarded_props or {})["index"])][1]
         view(run)
         run.state.secret = f"{SECRET}-{run.input.run_id}"
         for step in steps:
@@ -673,6 +673,8 @@ async def test_repeated_message_ids_are_a_422_and_write_nothing(serve: Serve) ->
 async def test_an_agent_leaving_invalid_state_fails_its_run_only(serve: Serve) -> None:
     storage = MemoryStorage()
 
+    breaking: dict[str, Any] = {"break": True}  # a Python keyword: passed as a mapping
+
     async def agent(run: AgentRun[Board]) -> None:
         if run.input.forwarded_props.get("break"):
             run.state.items = "not a list"  # type: ignore[assignment]
@@ -680,7 +682,7 @@ async def test_an_agent_leaving_invalid_state_fails_its_run_only(serve: Serve) -
     poster = serve(agent, storage)
     await poster.run(run_input("r1"))
     with pytest.warns(UserWarning):  # pydantic's serializer warning
-        broken = await poster.run(run_input("r2", **{"break": True}))
+        broken = await poster.run(run_input("r2", **breaking))
     later = await poster.send(run_input("r3"))
     assert later.streamed and later.types[-1] == "RUN_FINISHED"
     assert broken.types[-1] == "RUN_ERROR"

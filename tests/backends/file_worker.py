@@ -24,10 +24,14 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent_state.backends import ConflictError, FileStorage, StoreItem
-from agent_state.backends._file import LOCK_DIR, LOCK_TIMEOUT_SECONDS
-from agent_state.backends._filelock import StripedFileLocks
+from agent_state.backends.file.filelock import StripedFileLocks
+from agent_state.backends.file.storage import LOCK_DIR, LOCK_TIMEOUT_SECONDS
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 
 def checked_document(seq: int, size: int) -> dict[str, object]:
@@ -67,7 +71,7 @@ async def hold_lock(root: str, key: str) -> None:
 
 
 async def stall_write(storage: FileStorage, key: str) -> None:
-    def stall(fd: int) -> None:  # replaces os.fsync: the first fsync is the temp file's
+    def stall(fd: FileDescriptorLike) -> None:  # replaces os.fsync (the first: the temp file's)
         print("stalled", flush=True)
         threading.Event().wait()  # until the test kills this process
 

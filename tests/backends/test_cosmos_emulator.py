@@ -108,14 +108,14 @@ def pk(value: str) -> dict[str, str]:
     return {"x-ms-documentdb-partitionkey": f'["{value}"]'}
 
 
-async def test_account_advertises_its_own_address(http: SignedHttp):
+async def test_account_advertises_its_own_address(http: SignedHttp) -> None:
     status, _, account = await http.request("GET", "/")
     assert status == 200
     address = http.endpoint.removeprefix("http://")
     assert account["writableLocations"][0]["databaseAccountEndpoint"] == f"http://{address}/"
 
 
-async def test_items_carry_system_fields_and_fresh_etags(container: ContainerProxy):
+async def test_items_carry_system_fields_and_fresh_etags(container: ContainerProxy) -> None:
     created = await container.create_item({"id": "a", "pk": "g", "n": 1})
     assert {"_etag", "_rid", "_ts"} <= set(created) and created["n"] == 1
     replaced = await container.replace_item(
@@ -129,7 +129,7 @@ async def test_items_carry_system_fields_and_fresh_etags(container: ContainerPro
     assert read["n"] == 2 and read["_etag"] == replaced["_etag"]
 
 
-async def test_conditions_and_missing_items_raise_the_sdk_errors(container: ContainerProxy):
+async def test_conditions_and_missing_items_raise_the_sdk_errors(container: ContainerProxy) -> None:
     first = await container.create_item({"id": "a", "pk": "g"})
     with pytest.raises(CosmosResourceExistsError):
         await container.create_item({"id": "a", "pk": "g"})
@@ -152,7 +152,9 @@ async def test_conditions_and_missing_items_raise_the_sdk_errors(container: Cont
         await container.delete_item("a", "g")
 
 
-async def test_error_bodies_statuses_and_if_none_match(container: ContainerProxy, http: SignedHttp):
+async def test_error_bodies_statuses_and_if_none_match(
+    container: ContainerProxy, http: SignedHttp
+) -> None:
     status, _, created = await http.request(
         "POST", f"/{ITEMS}/", body={"id": "a", "pk": "g"}, headers=pk("g")
     )
@@ -176,14 +178,14 @@ async def test_error_bodies_statuses_and_if_none_match(container: ContainerProxy
     assert status == 400  # the body's partition key must be the header's
 
 
-async def test_same_id_in_two_partitions_is_two_items(container: ContainerProxy):
+async def test_same_id_in_two_partitions_is_two_items(container: ContainerProxy) -> None:
     await container.create_item({"id": "same", "pk": "one", "n": 1})
     await container.create_item({"id": "same", "pk": "two", "n": 2})
     assert (await container.read_item("same", "one"))["n"] == 1
     assert (await container.read_item("same", "two"))["n"] == 2
 
 
-async def test_items_over_two_megabytes_are_refused(container: ContainerProxy):
+async def test_items_over_two_megabytes_are_refused(container: ContainerProxy) -> None:
     with pytest.raises(CosmosHttpResponseError) as info:
         await container.create_item({"id": "big", "pk": "g", "blob": "x" * (2 * 1024 * 1024)})
     assert info.value.status_code == 413
@@ -191,7 +193,7 @@ async def test_items_over_two_megabytes_are_refused(container: ContainerProxy):
         await container.read_item("big", "g")
 
 
-async def test_per_item_ttl_counts_from_ts_and_needs_default_ttl(client: CosmosClient):
+async def test_per_item_ttl_counts_from_ts_and_needs_default_ttl(client: CosmosClient) -> None:
     database = await client.create_database_if_not_exists("db")
     with_ttl = await database.create_container_if_not_exists(
         "ttl", partition_key=PartitionKey("/pk"), default_ttl=-1
@@ -219,7 +221,7 @@ async def test_per_item_ttl_counts_from_ts_and_needs_default_ttl(client: CosmosC
 
 async def test_the_prefix_query_spans_partitions_and_other_queries_are_refused(
     container: ContainerProxy,
-):
+) -> None:
     for i, key in enumerate(["a/1", "a/2", "ab/3", "b/4"]):
         await container.create_item({"id": str(i), "pk": f"p{i}", "key": key})
     await container.create_item({"id": "nokey", "pk": "p"})
@@ -233,7 +235,7 @@ async def test_the_prefix_query_spans_partitions_and_other_queries_are_refused(
     assert info.value.status_code == 400
 
 
-async def test_query_results_come_in_pages(container: ContainerProxy):
+async def test_query_results_come_in_pages(container: ContainerProxy) -> None:
     for i in range(7):
         await container.create_item({"id": str(i), "pk": "g", "key": f"k/{i}"})
     query = "SELECT c.key FROM c WHERE STARTSWITH(c.key, @prefix)"
@@ -244,7 +246,7 @@ async def test_query_results_come_in_pages(container: ContainerProxy):
     assert sizes == [3, 3, 1]
 
 
-async def test_a_batch_applies_all_or_nothing(container: ContainerProxy):
+async def test_a_batch_applies_all_or_nothing(container: ContainerProxy) -> None:
     existing = await container.create_item({"id": "a", "pk": "g", "n": 1})
     results = await container.execute_item_batch(
         [
@@ -280,7 +282,7 @@ async def test_a_batch_applies_all_or_nothing(container: ContainerProxy):
     assert (await container.read_item("b", "g"))["id"] == "b"
 
 
-async def test_a_wrong_key_or_no_signature_is_401(endpoint: str, http: SignedHttp):
+async def test_a_wrong_key_or_no_signature_is_401(endpoint: str, http: SignedHttp) -> None:
     with pytest.raises(CosmosHttpResponseError) as info:
         async with CosmosClient(endpoint, base64.b64encode(b"not the key").decode()):
             pass
@@ -291,7 +293,9 @@ async def test_a_wrong_key_or_no_signature_is_401(endpoint: str, http: SignedHtt
         assert response.status == 401
 
 
-async def test_paths_with_and_without_trailing_slash(container: ContainerProxy, http: SignedHttp):
+async def test_paths_with_and_without_trailing_slash(
+    container: ContainerProxy, http: SignedHttp
+) -> None:
     await container.create_item({"id": "a", "pk": "g"})
     for path in (f"/{ITEMS}/a", f"/{ITEMS}/a/"):
         status, _, item = await http.request("GET", path, headers=pk("g"))
@@ -303,14 +307,14 @@ async def test_paths_with_and_without_trailing_slash(container: ContainerProxy, 
 
 async def test_item_requests_of_a_missing_container_are_404_1003(
     container: ContainerProxy, http: SignedHttp
-):
+) -> None:
     status, headers, _ = await http.request("GET", "/dbs/db/colls/gone/docs/a", headers=pk("g"))
     assert status == 404 and headers["x-ms-substatus"] == "1003"
 
 
 async def test_injected_throttling_answers_429_then_recovers(
     container: ContainerProxy, http: SignedHttp, client: CosmosClient
-):
+) -> None:
     other = await (await client.create_database_if_not_exists("db")).create_container_if_not_exists(
         "other", PartitionKey("/pk")
     )

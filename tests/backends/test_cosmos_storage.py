@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from agent_state import open_storage, write_group
 from agent_state.backends import (
     ConflictError,
+    CosmosStorage,
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
 )
-from agent_state.backends._cosmos import CosmosStorage
-from agent_state.backends._cosmos_ids import (
+from agent_state.backends.cosmos.ids import (
     MAX_ID_CHARS,
     MAX_PARTITION_KEY_BYTES,
     item_id,
@@ -45,7 +45,7 @@ SESSION = f"{CONVERSATION}/users/29:1ada"
 USER = "msteams/users/29:1ada"
 
 segment = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00/"), min_size=1
 ).filter(lambda s: s not in (".", ".."))
 keys = st.lists(segment, min_size=1, max_size=6).map("/".join)
 
@@ -85,7 +85,7 @@ async def item_requests(endpoint: str) -> int:
 
 @settings(max_examples=300, deadline=None)
 @given(keys)
-def test_item_ids_are_valid_and_reversible_where_they_fit(key):
+def test_item_ids_are_valid_and_reversible_where_they_fit(key: str) -> None:
     ident = item_id(key)
     assert not set(ident) & set("/\\?#") and len(ident) <= MAX_ID_CHARS and ident.isascii()
     assert key_of_id(ident) == key or (key_of_id(ident) is None and ident.startswith("!h"))
@@ -93,18 +93,18 @@ def test_item_ids_are_valid_and_reversible_where_they_fit(key):
 
 @settings(max_examples=300, deadline=None)
 @given(keys, keys)
-def test_two_keys_never_share_an_id(first, second):
+def test_two_keys_never_share_an_id(first: str, second: str) -> None:
     assert (item_id(first) == item_id(second)) == (first == second)
 
 
 @given(keys)
-def test_partition_values_fit_the_service_limit(group):
+def test_partition_values_fit_the_service_limit(group: str) -> None:
     value = partition_value(group)
     assert len(value.encode()) <= MAX_PARTITION_KEY_BYTES
     assert value == group or len(group.encode()) > MAX_PARTITION_KEY_BYTES
 
 
-def test_readable_and_hashed_ids():
+def test_readable_and_hashed_ids() -> None:
     assert item_id("msteams/users/29:1abc") == "msteams|users|29:1abc"
     assert item_id("a|b/c!d") == "a!7Cb|c!21d"
     long_key = "k/" + "x" * 300
@@ -112,7 +112,9 @@ def test_readable_and_hashed_ids():
     assert partition_value("p" * 3000).startswith("!h")
 
 
-async def test_long_keys_are_hashed_and_kept_apart(storage: CosmosStorage, raw: ContainerProxy):
+async def test_long_keys_are_hashed_and_kept_apart(
+    storage: CosmosStorage, raw: ContainerProxy
+) -> None:
     first, second = "k/" + "x" * 400, "k/" + "x" * 399 + "y"
     await storage.write({first: StoreItem({"n": 1}), second: StoreItem({"n": 2})})
     found = await storage.read([first, second])
@@ -122,7 +124,7 @@ async def test_long_keys_are_hashed_and_kept_apart(storage: CosmosStorage, raw: 
     assert sorted([key async for key in storage.list("k/")]) == sorted([first, second])
 
 
-async def test_a_conversation_and_its_sessions_share_a_partition(endpoint: str):
+async def test_a_conversation_and_its_sessions_share_a_partition(endpoint: str) -> None:
     storage = open_storage("cosmos://db/c", endpoint=endpoint, credential=MASTER_KEY)
     try:
         await storage.write({k: StoreItem({"k": k}) for k in (CONVERSATION, SESSION, USER)})
@@ -142,7 +144,7 @@ async def test_a_conversation_and_its_sessions_share_a_partition(endpoint: str):
         await storage.close()
 
 
-async def test_a_batch_failing_half_way_applies_nothing(storage: CosmosStorage):
+async def test_a_batch_failing_half_way_applies_nothing(storage: CosmosStorage) -> None:
     etags = await storage.write({CONVERSATION: StoreItem({"n": 1}), SESSION: StoreItem({"n": 1})})
     await storage.write({SESSION: StoreItem({"n": 2}, etags[SESSION])})
     other_session = f"{CONVERSATION}/users/someone"
@@ -160,7 +162,7 @@ async def test_a_batch_failing_half_way_applies_nothing(storage: CosmosStorage):
     assert found[CONVERSATION].etag == etags[CONVERSATION]
 
 
-async def test_a_batch_of_one_partition_commits_together(storage: CosmosStorage):
+async def test_a_batch_of_one_partition_commits_together(storage: CosmosStorage) -> None:
     written = await storage.write({CONVERSATION: StoreItem({"a": 1}), SESSION: StoreItem({"b": 2})})
     found = await storage.read([CONVERSATION, SESSION])
     assert {key: item.etag for key, item in found.items()} == written
@@ -168,8 +170,10 @@ async def test_a_batch_of_one_partition_commits_together(storage: CosmosStorage)
     assert await storage.read([CONVERSATION, SESSION]) == {}
 
 
-async def test_throttled_requests_are_retried_within_the_budget(endpoint: str):
-    storage = CosmosStorage(endpoint, MASTER_KEY, "db", "c", throttle_retries=3)
+async def test_throttled_requests_are_retried_within_the_budget(endpoint: str) -> None:
+    storage = CosmosStorage(
+        endpoint, MASTER_KEY, "db", "c", throttle_retries=3, write_group=write_group
+    )
     try:
         await storage.write({"k/a": StoreItem({"v": 1})})
         before = await item_requests(endpoint)
@@ -190,9 +194,9 @@ async def test_throttled_requests_are_retried_within_the_budget(endpoint: str):
 
 async def test_a_wrong_key_is_a_config_error_and_writes_nothing(
     endpoint: str, storage: CosmosStorage
-):
+) -> None:
     await storage.write({"k/a": StoreItem({"v": 1})})
-    wrong = CosmosStorage(endpoint, "d3Jvbmcga2V5", "db", "c")
+    wrong = CosmosStorage(endpoint, "d3Jvbmcga2V5", "db", "c", write_group=write_group)
     try:
         with pytest.raises(StorageConfigError, match="wrong key"):
             await wrong.write({"k/a": StoreItem({"v": 2}, "*")})
@@ -203,7 +207,9 @@ async def test_a_wrong_key_is_a_config_error_and_writes_nothing(
     assert (await storage.read(["k/a"]))["k/a"].value == {"v": 1}
 
 
-async def test_items_past_two_megabytes_fail_before_anything_is_written(storage: CosmosStorage):
+async def test_items_past_two_megabytes_fail_before_anything_is_written(
+    storage: CosmosStorage,
+) -> None:
     assert storage.max_document_bytes < 2 * 1024 * 1024
     with pytest.raises(StateTooLargeError):  # the data alone
         await storage.write(
@@ -222,16 +228,18 @@ async def test_items_past_two_megabytes_fail_before_anything_is_written(storage:
     assert await storage.read(["k/ok", long_key, CONVERSATION, SESSION]) == {}
 
 
-async def test_more_than_a_batch_of_one_partition_is_refused_before_io(storage: CosmosStorage):
+async def test_more_than_a_batch_of_one_partition_is_refused_before_io(
+    storage: CosmosStorage,
+) -> None:
     many = {f"{CONVERSATION}/users/{i}": StoreItem({}) for i in range(101)}
     with pytest.raises(InvalidValueError, match="at most 100"):
         await storage.write(many)
     assert [key async for key in storage.list(CONVERSATION)] == []
 
 
-async def test_a_stopped_emulator_is_unavailable_not_missing():
+async def test_a_stopped_emulator_is_unavailable_not_missing() -> None:
     async with running() as url:
-        storage = CosmosStorage(url, MASTER_KEY, "db", "c", timeout=2)
+        storage = CosmosStorage(url, MASTER_KEY, "db", "c", timeout=2, write_group=write_group)
         await storage.write({"k/a": StoreItem({"v": 1})})
     try:
         started = time.monotonic()
@@ -246,13 +254,15 @@ async def test_a_stopped_emulator_is_unavailable_not_missing():
         await storage.close()
 
 
-async def test_a_server_that_never_answers_times_out():
+async def test_a_server_that_never_answers_times_out() -> None:
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()  # until the client gives up and closes
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    storage = CosmosStorage(f"http://127.0.0.1:{port}", MASTER_KEY, "db", "c", timeout=0.5)
+    storage = CosmosStorage(
+        f"http://127.0.0.1:{port}", MASTER_KEY, "db", "c", timeout=0.5, write_group=write_group
+    )
     try:
         started = time.monotonic()
         with pytest.raises(StorageUnavailableError):
@@ -266,7 +276,7 @@ async def test_a_server_that_never_answers_times_out():
 
 async def test_a_deleted_container_is_an_error_not_a_missing_key(
     storage: CosmosStorage, raw: ContainerProxy, endpoint: str
-):
+) -> None:
     await storage.write({"k/a": StoreItem({"v": 1})})
     async with CosmosClient(endpoint, MASTER_KEY) as client:
         await client.get_database_client("db").delete_container("c")
@@ -274,7 +284,7 @@ async def test_a_deleted_container_is_an_error_not_a_missing_key(
         await storage.read(["k/a"])
 
 
-async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str):
+async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str) -> None:
     async with CosmosClient(endpoint, MASTER_KEY) as client:
         database = await client.create_database_if_not_exists("db")
         await database.create_container("by-id", PartitionKey("/id"), default_ttl=-1)
@@ -284,7 +294,9 @@ async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str):
         ("no-ttl", "TTL off"),
         ("none", "not exist"),
     ):
-        storage = CosmosStorage(endpoint, MASTER_KEY, "db", name, create=False)
+        storage = CosmosStorage(
+            endpoint, MASTER_KEY, "db", name, create=False, write_group=write_group
+        )
         try:
             with pytest.raises(StorageConfigError, match=message):
                 await storage.read(["k/a"])
@@ -292,34 +304,36 @@ async def test_a_container_not_made_for_it_is_a_config_error(endpoint: str):
             await storage.close()
 
 
-async def test_from_url_options_and_environment(endpoint: str, monkeypatch):
+async def test_from_url_options_and_environment(
+    endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AZURE_COSMOS_ENDPOINT", endpoint)
     monkeypatch.setenv("AZURE_COSMOS_KEY", MASTER_KEY)
-    storage = CosmosStorage.from_url("cosmos://db/from-env?timeout=3")
+    storage = CosmosStorage.from_url("cosmos://db/from-env?timeout=3", write_group=write_group)
     try:
         await storage.write({"k/a": StoreItem({"v": 1})})
         assert storage.container_name == "from-env"
     finally:
         await storage.close()
     with pytest.raises(StorageConfigError, match="'colour'"):
-        CosmosStorage.from_url("cosmos://db/c?colour=blue&timeout=3")
+        CosmosStorage.from_url("cosmos://db/c?colour=blue&timeout=3", write_group=write_group)
     for bad in ("cosmos://db", "cosmos://db/c/extra", "cosmos://db/c?create=maybe"):
         with pytest.raises(StorageConfigError):
-            CosmosStorage.from_url(bad)
+            CosmosStorage.from_url(bad, write_group=write_group)
     with pytest.raises(StorageConfigError, match="not exist"):
-        missing = CosmosStorage.from_url("cosmos://db/absent?create=false")
+        missing = CosmosStorage.from_url("cosmos://db/absent?create=false", write_group=write_group)
         try:
             await missing.read(["k/a"])
         finally:
             await missing.close()
     monkeypatch.delenv("AZURE_COSMOS_KEY")
     with pytest.raises(StorageConfigError, match="AZURE_COSMOS_KEY"):
-        CosmosStorage.from_url("cosmos://db/c")
+        CosmosStorage.from_url("cosmos://db/c", write_group=write_group)
 
 
 async def test_ttl_is_sent_as_whole_seconds_counted_from_ts(
     storage: CosmosStorage, raw: ContainerProxy
-):
+) -> None:
     for ttl, sent in ((0.2, 2), (5.5, 7), (60, 61)):
         await storage.write({"k/t": StoreItem({"v": ttl}, "*")}, ttl=ttl)
         assert (await raw.read_item(item_id("k/t"), "k/t"))["ttl"] == sent
@@ -340,10 +354,13 @@ if os.environ.get(LIVE_ENDPOINT) and os.environ.get(LIVE_KEY):  # opt-in: collec
                 yield harness
 
 
-async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str):
+async def test_storages_opening_a_new_container_at_once_all_open(endpoint: str) -> None:
     # each checks the database and container exist, finds them missing and creates them:
     # all but one creation meet a 409 from the service, which must not fail the open
-    storages = [CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh") for _ in range(4)]
+    storages = [
+        CosmosStorage(endpoint, MASTER_KEY, "fresh-db", "fresh", write_group=write_group)
+        for _ in range(4)
+    ]
     try:
         etags = await asyncio.gather(
             *(s.write({f"k/{i}": StoreItem({"i": i}, None)}) for i, s in enumerate(storages))

@@ -12,38 +12,46 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state import open_storage
-from agent_state._keys import user_key
+from agent_state import open_storage, user_key
 from agent_state.backends import (
+    CONFLICT,
     ConflictError,
     FileStorage,
     FormatError,
     InvalidKeyError,
+    Outcomes,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
+    wrap,
 )
-from agent_state.backends._envelope import wrap
-from agent_state.backends._file import LOCK_DIR, STALE_TEMP_SECONDS
-from agent_state.backends._fileio import TEMP_PREFIX, temp_tag
-from agent_state.backends._filelock import StripedFileLocks
-from agent_state.backends._filenames import MAX_NAME_BYTES, is_hashed, key_for_name, name_for_key
-from agent_state.backends._items import CONFLICT
+from agent_state.backends.file.fileio import TEMP_PREFIX, temp_tag
+from agent_state.backends.file.filelock import StripedFileLocks
+from agent_state.backends.file.filenames import (
+    MAX_NAME_BYTES,
+    is_hashed,
+    key_for_name,
+    name_for_key,
+)
+from agent_state.backends.file.storage import LOCK_DIR, STALE_TEMP_SECONDS
 from agent_state.backends.testing import create
 from tests.backends.file_worker import checked_document
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("file_worker.py")
 
 segments = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="/\x00"), min_size=1
 ).filter(lambda s: s not in (".", ".."))
 keys = st.lists(st.one_of(segments, segments.map(lambda s: s * 40)), min_size=1, max_size=4).map(
     "/".join
@@ -62,7 +70,7 @@ def temp_files(root: Path) -> list[str]:
 
 
 @given(keys)
-def test_file_names_are_reversible_short_and_case_free(key):
+def test_file_names_are_reversible_short_and_case_free(key: str) -> None:
     name = name_for_key(key)
     assert len(name.encode()) <= MAX_NAME_BYTES
     assert name.isascii() and name == name.lower() and "/" not in name
@@ -74,19 +82,19 @@ def test_file_names_are_reversible_short_and_case_free(key):
 
 
 @given(keys)
-def test_keys_differing_only_in_case_never_share_a_file_name(key):
+def test_keys_differing_only_in_case_never_share_a_file_name(key: str) -> None:
     other = key.swapcase()
     if other != key:
         assert name_for_key(key).casefold() != name_for_key(other).casefold()
 
 
-def test_foreign_and_non_canonical_names_decode_to_no_key():
+def test_foreign_and_non_canonical_names_decode_to_no_key() -> None:
     assert key_for_name("a+b") == "a/b" and key_for_name("!ada") == "Ada"
     for name in [".locks", ".tmp-1", "A", "=61", "a++b", "+a", "=2e=2e", "=ff", "a b", "!"]:
         assert key_for_name(name) is None, name
 
 
-async def test_case_variants_are_separate_files(tmp_path):
+async def test_case_variants_are_separate_files(tmp_path: Path) -> None:
     storage = FileStorage(tmp_path)
     variants = [user_key("c", ident) for ident in ("Ada", "ada", "ADA", "aDa")]
     await storage.write({key: StoreItem({"i": i}) for i, key in enumerate(variants)})
@@ -117,7 +125,7 @@ HOSTILE_KEYS = [
 ]
 
 
-async def test_hostile_keys_stay_inside_root(tmp_path):
+async def test_hostile_keys_stay_inside_root(tmp_path: Path) -> None:
     root = tmp_path / "store"
     storage = FileStorage(root)
     await storage.write({key: StoreItem({"key": key}, None) for key in HOSTILE_KEYS})
@@ -138,7 +146,7 @@ async def test_hostile_keys_stay_inside_root(tmp_path):
 
 
 @pytest.mark.parametrize("ident", ["x" * 10_000, "🙂" * 10_000])
-async def test_ten_thousand_character_ids(tmp_path, ident):
+async def test_ten_thousand_character_ids(tmp_path: Path, ident: str) -> None:
     storage = FileStorage(tmp_path)
     key = user_key("chan", ident)
     etag = (await storage.write({key: StoreItem({"v": 1}, None)}))[key]
@@ -154,7 +162,7 @@ async def test_ten_thousand_character_ids(tmp_path, ident):
 # --- leftovers and TTL ----------------------------------------------------------------
 
 
-async def test_orphan_temp_files_are_removed_on_open_and_by_list(tmp_path):
+async def test_orphan_temp_files_are_removed_on_open_and_by_list(tmp_path: Path) -> None:
     """A temp file whose lock stripe is free has no writer: removed at once, whatever its age.
     One without a stripe of ours (another version's) goes when it is stale."""
     storage = FileStorage(tmp_path)
@@ -175,7 +183,9 @@ async def test_orphan_temp_files_are_removed_on_open_and_by_list(tmp_path):
     assert (await storage.read(["k/a"]))["k/a"].value == {"a": 1}
 
 
-async def test_opening_removes_the_temp_file_of_a_killed_writer_not_of_a_live_one(tmp_path):
+async def test_opening_removes_the_temp_file_of_a_killed_writer_not_of_a_live_one(
+    tmp_path: Path,
+) -> None:
     storage = FileStorage(tmp_path)
     etag = await create(storage, "k/doc", {"v": 1})
     writer = spawn("stall-write", str(tmp_path), "k/doc")
@@ -194,7 +204,7 @@ async def test_opening_removes_the_temp_file_of_a_killed_writer_not_of_a_live_on
     assert (await storage.read(["k/doc"]))["k/doc"] == StoreItem({"v": 1}, etag)
 
 
-async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_path):
+async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_path: Path) -> None:
     storage = FileStorage(tmp_path)
     await storage.write({"k/live": StoreItem({"v": 1})}, ttl=3600)
     meta = orjson.loads(storage.path_for("k/live").read_bytes())["meta"]
@@ -214,7 +224,9 @@ async def test_ttl_is_stored_in_the_file_and_expired_documents_are_absent(tmp_pa
     assert not storage.path_for("k/gone").exists()  # list removed the expired document
 
 
-async def test_list_skips_foreign_hash_names_and_lists_newer_hashed_documents(tmp_path):
+async def test_list_skips_foreign_hash_names_and_lists_newer_hashed_documents(
+    tmp_path: Path,
+) -> None:
     """Only the store's own `#<sha256>` names are read for their key; others are foreign files.
 
     A long key's document in a newer format is listed like a short key's (its read then raises
@@ -236,7 +248,7 @@ async def test_list_skips_foreign_hash_names_and_lists_newer_hashed_documents(tm
 # --- locks ----------------------------------------------------------------------------
 
 
-async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
+async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path: Path) -> None:
     first, second = StripedFileLocks(tmp_path, timeout=10), StripedFileLocks(tmp_path, timeout=10)
     acquired, release = threading.Event(), threading.Event()
 
@@ -254,7 +266,7 @@ async def test_a_cancelled_lock_wait_does_not_leak_the_lock(tmp_path):
     assert await asyncio.wait_for(first.run(["k"], lambda: "first"), 5) == "first"
 
 
-def test_one_storage_serves_one_event_loop_after_another(tmp_path):
+def test_one_storage_serves_one_event_loop_after_another(tmp_path: Path) -> None:
     """Apps and test suites that call `asyncio.run` per job may share one FileStorage."""
     storage = FileStorage(tmp_path)
 
@@ -268,10 +280,11 @@ def test_one_storage_serves_one_event_loop_after_another(tmp_path):
 
 
 async def test_a_lock_held_by_another_process_times_out_then_writes_work_again(
-    tmp_path, monkeypatch
-):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     storage = open_storage("file://./store", lock_timeout=0.3)
+    assert isinstance(storage, FileStorage)
     etag = await create(storage, "k/doc", {"v": 1})
     before = storage.path_for("k/doc").read_bytes()
     holder = spawn("hold-lock", str(tmp_path / "store"), "k/doc")
@@ -307,7 +320,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-async def test_two_processes_incrementing_lose_no_update(tmp_path):
+async def test_two_processes_incrementing_lose_no_update(tmp_path: Path) -> None:
     storage = FileStorage(tmp_path)
     await storage.write({"race/n": StoreItem({"n": 0}, None)})
     times = 150
@@ -328,7 +341,7 @@ async def test_two_processes_incrementing_lose_no_update(tmp_path):
     assert (await storage.read(["race/n"]))["race/n"].value == {"n": 2 * times}
 
 
-async def test_writer_killed_mid_write_never_leaves_a_torn_document(tmp_path):
+async def test_writer_killed_mid_write_never_leaves_a_torn_document(tmp_path: Path) -> None:
     """Each round kills a writer during its (round % 4 + 1)-th write: the document must be
     complete and no older than the last write the writer saw return."""
     storage = FileStorage(tmp_path)
@@ -366,7 +379,7 @@ async def test_writer_killed_mid_write_never_leaves_a_torn_document(tmp_path):
 # --- errors and URLs ------------------------------------------------------------------
 
 
-def test_root_that_is_a_file_is_a_config_error(tmp_path):
+def test_root_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
     regular = tmp_path / "regular"
     regular.write_text("not a directory")
     for root in (regular, regular / "below"):
@@ -377,14 +390,16 @@ def test_root_that_is_a_file_is_a_config_error(tmp_path):
 
 
 @pytest.mark.parametrize("root", ["", "a\x00b", b"/tmp/x", 42])
-def test_an_empty_or_unusable_root_is_a_config_error(tmp_path, monkeypatch, root):
+def test_an_empty_or_unusable_root_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root: bytes | int | str
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StorageConfigError, match="non-empty path"):
-        FileStorage(root)
+        FileStorage(root)  # type: ignore[arg-type]  # the wrong type is the point
     assert os.listdir(tmp_path) == []
 
 
-def test_the_file_system_root_is_refused(tmp_path):
+def test_the_file_system_root_is_refused(tmp_path: Path) -> None:
     """Not even `.locks` is created there (a first read used to create `/.locks`)."""
     (tmp_path / "to-root").symlink_to("/")
     for root in ("/", "/..", tmp_path / "to-root"):
@@ -395,13 +410,13 @@ def test_the_file_system_root_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("lock_timeout", [-1, float("nan"), float("inf"), "3", True, None])
-def test_a_bad_lock_timeout_is_a_config_error(tmp_path, lock_timeout):
+def test_a_bad_lock_timeout_is_a_config_error(tmp_path: Path, lock_timeout: object) -> None:
     with pytest.raises(StorageConfigError, match="lock_timeout"):
-        FileStorage(tmp_path / "store", lock_timeout=lock_timeout)
+        FileStorage(tmp_path / "store", lock_timeout=lock_timeout)  # type: ignore[arg-type]  # the point
     assert not (tmp_path / "store").exists()
 
 
-async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path):
+async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path: Path) -> None:
     root = tmp_path / "store"
     storage = FileStorage(root)
     await storage.write({"k/a": StoreItem({"a": 1})})
@@ -422,7 +437,7 @@ async def test_os_errors_during_io_are_unavailable_with_the_cause(tmp_path):
         assert isinstance(info.value.__cause__, OSError)
 
 
-async def test_read_after_the_directory_vanished_is_unavailable_not_missing(tmp_path):
+async def test_read_after_the_directory_vanished_is_unavailable_not_missing(tmp_path: Path) -> None:
     root = tmp_path / "store"
     storage = FileStorage(root)
     await storage.write({"k/a": StoreItem({"a": 1})})
@@ -433,7 +448,9 @@ async def test_read_after_the_directory_vanished_is_unavailable_not_missing(tmp_
         assert isinstance(info.value.__cause__, FileNotFoundError)
 
 
-async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch):
+async def test_from_url_relative_absolute_and_open_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     relative = FileStorage.from_url("file://./data")
     assert relative.root == tmp_path / "data" and relative.root.is_dir()
@@ -470,7 +487,9 @@ async def test_from_url_relative_absolute_and_open_storage(tmp_path, monkeypatch
         ("file://host/x#a?b", "has a fragment '#a?b'"),
     ],
 )
-def test_from_url_refuses_what_it_does_not_understand(tmp_path, monkeypatch, url, named):
+def test_from_url_refuses_what_it_does_not_understand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, named: str
+) -> None:
     """`file://host/abs` was silently the relative `./host/abs`; options were part of the path."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StorageConfigError, match=re.escape(named)):
@@ -483,7 +502,7 @@ def test_from_url_refuses_what_it_does_not_understand(tmp_path, monkeypatch, url
 # --- a document under another key's name ------------------------------------------------
 
 
-async def test_a_file_copied_under_another_users_name_is_refused_and_kept(tmp_path):
+async def test_a_file_copied_under_another_users_name_is_refused_and_kept(tmp_path: Path) -> None:
     storage = FileStorage(tmp_path)
     for ada, bob in [
         ("c/users/ada", "c/users/bob"),
@@ -505,8 +524,8 @@ async def test_a_file_copied_under_another_users_name_is_refused_and_kept(tmp_pa
 
 
 async def test_an_expired_document_under_another_keys_name_is_neither_absent_nor_removed(
-    tmp_path,
-):
+    tmp_path: Path,
+) -> None:
     storage = FileStorage(tmp_path)
     planted = wrap("c/users/ada", b"{}", "ada-etag", expires_at=time.time() - 1)
     storage.path_for("c/users/bob").write_bytes(planted)
@@ -516,14 +535,16 @@ async def test_an_expired_document_under_another_keys_name_is_neither_absent_nor
     assert storage.path_for("c/users/bob").read_bytes() == planted
 
 
-async def test_a_batch_costs_at_most_one_worker_thread_call(tmp_path, monkeypatch):
+async def test_a_batch_costs_at_most_one_worker_thread_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     storage = FileStorage(tmp_path)
     keys = [f"k/{i}" for i in range(5)]
     etags = await storage.write({key: StoreItem({"n": 0}, None) for key in keys})
-    calls = []
+    calls: list[Callable[..., object]] = []
     real = asyncio.to_thread
 
-    async def counted(function, *args, **kwargs):
+    async def counted(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         calls.append(function)
         return await real(function, *args, **kwargs)
 
@@ -531,14 +552,16 @@ async def test_a_batch_costs_at_most_one_worker_thread_call(tmp_path, monkeypatc
     found = await storage.read([*keys, "k/missing"])
     assert {key: item.value for key, item in found.items()} == dict.fromkeys(keys, {"n": 0})
     assert calls == []  # reads run in the loop's thread
-    outcomes: dict = {}
+    outcomes: Outcomes = {}
     writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys]
     await storage._write(writes, outcomes)
     assert len(calls) == 1 and set(outcomes) == set(keys)
     assert all(item.value == {"n": 1} for item in (await storage.read(keys)).values())
 
 
-async def test_a_batch_syncs_each_file_and_the_folder_once(tmp_path, monkeypatch):
+async def test_a_batch_syncs_each_file_and_the_folder_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each document's bytes reach the disk before its rename, and one fsync of the folder
     makes the batch's renames durable before the write returns, even when a key conflicts."""
     storage = FileStorage(tmp_path)
@@ -552,7 +575,7 @@ async def test_a_batch_syncs_each_file_and_the_folder_once(tmp_path, monkeypatch
         real(fd)
 
     monkeypatch.setattr(os, "fsync", counted)
-    outcomes: dict = {}
+    outcomes: Outcomes = {}
     writes = [storage._prepare(key, StoreItem({"n": 1}, etags[key])) for key in keys[:4]]
     await storage._write(writes, outcomes)  # one batch of the store (a commit makes several)
     assert sorted(synced) == ["file"] * 4 + ["folder"]

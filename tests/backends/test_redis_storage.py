@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -26,21 +27,29 @@ from redis.asyncio.connection import AbstractConnection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
-from agent_state import open_storage, write_group
-from agent_state._activity import Activity
-from agent_state._app import AgentApplication
-from agent_state._keys import app_key, conversation_key, session_key, user_key
+from agent_state import (
+    Activity,
+    AgentApplication,
+    TurnContext,
+    TurnState,
+    app_key,
+    conversation_key,
+    open_storage,
+    session_key,
+    user_key,
+    write_group,
+)
 from agent_state.backends import (
     ConflictError,
     FormatError,
+    RedisStorage,
     StorageConfigError,
     StorageUnavailableError,
     StoreItem,
+    wrap,
 )
-from agent_state.backends._envelope import wrap
-from agent_state.backends._redis import RedisStorage
-from agent_state.backends._redis_layout import KeyLayout
-from agent_state.backends._redis_scripts import split_stored, stored_value
+from agent_state.backends.redis.layout import KeyLayout
+from agent_state.backends.redis.scripts import split_stored, stored_value
 from tests.backends.conformance.harness_redis import (
     CLUSTER_URL,
     STANDALONE_URL,
@@ -89,9 +98,11 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     counter = RoundTrips()
     send = AbstractConnection.send_packed_command
 
-    async def counting(self, command, check_health=True):
+    async def counting(
+        self: AbstractConnection, command: bytes | list[bytes], check_health: bool = True
+    ) -> None:
         counter.count += 1
-        return await send(self, command, check_health)
+        await send(self, command, check_health)
 
     monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
     return counter
@@ -104,7 +115,7 @@ async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
         return {"server": stats.get(f"cmdstat_{command}", {}).get("calls", 0)}
     counts = {}
     for node in storage.client.get_primaries():
-        async with Redis(host=node.host, port=node.port) as raw:
+        async with Redis(host=node.host, port=int(node.port)) as raw:
             stats = await raw.info("commandstats")
         counts[node.name] = stats.get(f"cmdstat_{command}", {}).get("calls", 0)
     return counts
@@ -112,6 +123,13 @@ async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
 
 def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {node: after[node] - before[node] for node in after if after[node] != before[node]}
+
+
+def opened(url: str, **options: float | str) -> RedisStorage:
+    """`open_storage(url)` for a Redis URL: a RedisStorage."""
+    storage = open_storage(url, **options)
+    assert isinstance(storage, RedisStorage)
+    return storage
 
 
 def msg(*, user: str, conversation: str) -> Activity:
@@ -125,7 +143,9 @@ def slot_of(storage: RedisStorage, key: str) -> int:
 # --- round trips ----------------------------------------------------------------------------
 
 
-async def test_batch_read_is_one_round_trip_whatever_its_size(standalone, round_trips):
+async def test_batch_read_is_one_round_trip_whatever_its_size(
+    standalone: RedisStorage, round_trips: RoundTrips
+) -> None:
     keys = [f"c/users/u{i}" for i in range(500)]
     await standalone.write({key: StoreItem({"i": i}) for i, key in enumerate(keys)})
     await standalone.read(keys[:1])  # warm: the pooled connection exists
@@ -138,7 +158,9 @@ async def test_batch_read_is_one_round_trip_whatever_its_size(standalone, round_
     }
 
 
-async def test_batch_write_is_one_round_trip_and_one_script_call(standalone, round_trips):
+async def test_batch_write_is_one_round_trip_and_one_script_call(
+    standalone: RedisStorage, round_trips: RoundTrips
+) -> None:
     changes = {f"c/users/u{i}": StoreItem({"i": i}, None) for i in range(200)}
     await standalone.write({"warm/up": StoreItem({})})
     before, round_trips.count = await command_calls(standalone, "evalsha"), 0
@@ -148,7 +170,9 @@ async def test_batch_write_is_one_round_trip_and_one_script_call(standalone, rou
     assert set(etags) == set(changes)
 
 
-async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(cluster, round_trips):
+async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(
+    cluster: RedisStorage, round_trips: RoundTrips
+) -> None:
     conversation = conversation_key("teams", "19:x@thread.v2")
     session = session_key("teams", "19:x@thread.v2", "29:1abc")
     assert slot_of(cluster, conversation) == slot_of(cluster, session)
@@ -160,7 +184,9 @@ async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(cluster
     assert list(delta(before, await command_calls(cluster, "evalsha")).values()) == [1]
 
 
-async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(cluster, round_trips):
+async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(
+    cluster: RedisStorage, round_trips: RoundTrips
+) -> None:
     users = [user_key("slack", f"user-{i}") for i in range(40)]
     conversation = conversation_key("slack", "general")
     sessions = [session_key("slack", "general", f"user-{i}") for i in range(5)]
@@ -188,7 +214,7 @@ async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(cluster
     }
 
 
-async def test_a_cluster_batch_across_slots_is_all_or_nothing(cluster):
+async def test_a_cluster_batch_across_slots_is_all_or_nothing(cluster: RedisStorage) -> None:
     assert cluster.atomic_batches is False
     stale = (await cluster.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
     await cluster.write({"c/users/a": StoreItem({"v": 2}, stale)})
@@ -208,7 +234,7 @@ async def test_a_cluster_batch_across_slots_is_all_or_nothing(cluster):
 # --- atomicity ------------------------------------------------------------------------------
 
 
-async def test_standalone_batch_is_all_or_nothing(standalone):
+async def test_standalone_batch_is_all_or_nothing(standalone: RedisStorage) -> None:
     assert standalone.atomic_batches is True
     etag = (await standalone.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
     await standalone.write({"c/users/a": StoreItem({"v": 2}, etag)})
@@ -218,9 +244,9 @@ async def test_standalone_batch_is_all_or_nothing(standalone):
     assert list(await standalone.read(["c/users/a", "c/users/b"])) == ["c/users/a"]
 
 
-async def test_refused_script_leaves_every_document_whole(private_server):
+async def test_refused_script_leaves_every_document_whole(private_server: PrivateServer) -> None:
     """An out-of-memory server refuses the whole script before it writes anything."""
-    storage = RedisStorage.from_url(private_server.url)
+    storage = RedisStorage.from_url(private_server.url, write_group=write_group)
     keys = {f"c/users/u{i}": StoreItem({"n": 1, "pad": "x" * 1000}) for i in range(20)}
     etags = await storage.write(keys)
     await storage.client.config_set("maxmemory", 1)
@@ -239,7 +265,7 @@ async def test_refused_script_leaves_every_document_whole(private_server):
     await storage.close()
 
 
-async def test_foreign_strings_are_never_taken_for_documents(standalone):
+async def test_foreign_strings_are_never_taken_for_documents(standalone: RedisStorage) -> None:
     """A string agent-state did not write is an unknown format; only `"*"` replaces it."""
     key = "c/users/text"
     await standalone.client.set(standalone.layout.redis_key(key), b"someone else's text")
@@ -264,7 +290,9 @@ async def plant_other_types(storage: RedisStorage) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("expected", [None, "*", "1"], ids=["create", "always", "version"])
-async def test_keys_of_another_type_are_a_format_error_on_read_and_write(either, expected):
+async def test_keys_of_another_type_are_a_format_error_on_read_and_write(
+    either: RedisStorage, expected: str | None
+) -> None:
     """MGET reports a hash or list as missing: the read script tells them apart by TYPE."""
     planted = await plant_other_types(either)
     good = "c/users/good"
@@ -279,14 +307,18 @@ async def test_keys_of_another_type_are_a_format_error_on_read_and_write(either,
     assert (await either.read([good]))[good] == StoreItem({"v": 1}, etag)
 
 
-async def test_a_batch_with_a_key_of_another_type_writes_nothing_on_a_server(standalone):
+async def test_a_batch_with_a_key_of_another_type_writes_nothing_on_a_server(
+    standalone: RedisStorage,
+) -> None:
     await plant_other_types(standalone)
     with pytest.raises(FormatError):
         await standalone.write({"c/users/new": StoreItem({}), "c/users/hash": StoreItem({}, "*")})
     assert await standalone.read(["c/users/new"]) == {}
 
 
-async def test_a_cluster_batch_with_a_key_of_another_type_writes_nothing(cluster):
+async def test_a_cluster_batch_with_a_key_of_another_type_writes_nothing(
+    cluster: RedisStorage,
+) -> None:
     await plant_other_types(cluster)
     others = [f"c/users/u{i}" for i in range(10)]  # spread over the nodes
     with pytest.raises(FormatError):
@@ -294,7 +326,9 @@ async def test_a_cluster_batch_with_a_key_of_another_type_writes_nothing(cluster
     assert await cluster.read(others) == {}
 
 
-async def test_a_key_of_another_type_is_removed_only_by_an_unconditional_delete(either):
+async def test_a_key_of_another_type_is_removed_only_by_an_unconditional_delete(
+    either: RedisStorage,
+) -> None:
     await plant_other_types(either)
     with pytest.raises(ConflictError):
         await either.delete(["c/users/hash"], if_match={"c/users/hash": "1"})
@@ -302,7 +336,9 @@ async def test_a_key_of_another_type_is_removed_only_by_an_unconditional_delete(
     assert await either.read(["c/users/hash"]) == {}
 
 
-async def test_a_read_of_missing_keys_stays_one_round_trip_per_node(either, round_trips):
+async def test_a_read_of_missing_keys_stays_one_round_trip_per_node(
+    either: RedisStorage, round_trips: RoundTrips
+) -> None:
     """The wrong-type check runs inside the read script: no extra round trip, found or not."""
     keys = [user_key("web", "u1"), conversation_key("web", "c1"), session_key("web", "c1", "u1")]
     keys.append(app_key("bot"))
@@ -321,11 +357,11 @@ async def flush_scripts(storage: RedisStorage) -> None:
         await storage.client.script_flush()
         return
     for node in storage.client.get_primaries():
-        async with Redis(host=node.host, port=node.port) as raw:
+        async with Redis(host=node.host, port=int(node.port)) as raw:
             await raw.script_flush()
 
 
-async def test_scripts_are_loaded_again_after_a_script_flush(either):
+async def test_scripts_are_loaded_again_after_a_script_flush(either: RedisStorage) -> None:
     """A lone call and a pipeline (one call per slot group on a cluster) both reload them."""
     keys = [f"c/users/u{i}" for i in range(8)]
     etags = await either.write({key: StoreItem({"v": 1}) for key in keys})
@@ -344,7 +380,7 @@ async def test_scripts_are_loaded_again_after_a_script_flush(either):
 # --- versions, TTL, layout ------------------------------------------------------------------
 
 
-async def test_versions_grow_and_are_never_reused(either):
+async def test_versions_grow_and_are_never_reused(either: RedisStorage) -> None:
     storage = either
     seen = [int((await storage.write({"c/users/v": StoreItem({"i": 0}, None)}))["c/users/v"])]
     for i in range(1, 20):
@@ -360,7 +396,9 @@ async def test_versions_grow_and_are_never_reused(either):
 
 
 @pytest.mark.parametrize("planted", ["9007199254740993", "99999999999999999", "0000000000000042"])
-async def test_versions_beyond_double_precision_still_grow(either, planted):
+async def test_versions_beyond_double_precision_still_grow(
+    either: RedisStorage, planted: str
+) -> None:
     """Lua numbers are doubles, exact only below 2**53: versions are counted as decimal text."""
     key = "c/users/big"
     envelope = wrap(key, orjson.dumps({"i": 0}))
@@ -374,7 +412,7 @@ async def test_versions_beyond_double_precision_still_grow(either, planted):
         await either.write({key: StoreItem({"i": 9}, seen[-2])})
 
 
-async def test_a_new_client_continues_the_versions(standalone):
+async def test_a_new_client_continues_the_versions(standalone: RedisStorage) -> None:
     first = (await standalone.write({"c/users/r": StoreItem({"i": 1})}))["c/users/r"]
     other = RedisStorage.from_url(
         os.environ[STANDALONE_URL], namespace=standalone.layout.namespace, write_group=write_group
@@ -384,7 +422,9 @@ async def test_a_new_client_continues_the_versions(standalone):
     assert int(second) > int(first)
 
 
-async def test_ttl_is_kept_by_the_server_and_cleared_by_a_write_without_ttl(standalone):
+async def test_ttl_is_kept_by_the_server_and_cleared_by_a_write_without_ttl(
+    standalone: RedisStorage,
+) -> None:
     redis_key = standalone.layout.redis_key("c/users/t")
     await standalone.write({"c/users/t": StoreItem({"v": 1})}, ttl=30)
     assert 29_000 < await standalone.client.pttl(redis_key) <= 30_000
@@ -392,19 +432,24 @@ async def test_ttl_is_kept_by_the_server_and_cleared_by_a_write_without_ttl(stan
     assert await standalone.client.pttl(redis_key) == -1
 
 
-async def test_documented_layout(standalone):
+async def test_documented_layout(standalone: RedisStorage) -> None:
     session = "teams/conversations/c1/users/ada"
     etag = (await standalone.write({session: StoreItem({"a": 1})}))[session]
     redis_key = f"{standalone.layout.namespace}:{{teams/conversations/c1}}/users/ada"
     assert standalone.layout.redis_key(session) == redis_key
-    version, envelope = split_stored(await standalone.client.get(redis_key))
+    stored = await standalone.client.get(redis_key)
+    assert isinstance(stored, bytes)
+    split = split_stored(stored)
+    assert split is not None
+    version, envelope = split
     assert version == etag and orjson.loads(envelope)["data"] == {"a": 1}
-    assert (await standalone.client.get(redis_key)).startswith(f"{etag} {{".encode())
+    assert stored.startswith(f"{etag} {{".encode())
 
 
-async def test_namespaces_are_isolated(standalone):
+async def test_namespaces_are_isolated(standalone: RedisStorage) -> None:
     url = os.environ[STANDALONE_URL]
     base = standalone.layout.namespace
+    assert base is not None
     nested = RedisStorage.from_url(url, namespace=f"{base}:inner", write_group=write_group)
     bare = RedisStorage.from_url(url, write_group=write_group)
     try:
@@ -420,7 +465,7 @@ async def test_namespaces_are_isolated(standalone):
         await bare.close()
 
 
-async def test_list_spans_every_cluster_node(cluster):
+async def test_list_spans_every_cluster_node(cluster: RedisStorage) -> None:
     keys = [user_key("web", f"user-{i}") for i in range(60)]
     keys += [session_key("web", "room", f"user-{i}") for i in range(3)]
     await cluster.write({key: StoreItem({}) for key in keys})
@@ -433,7 +478,7 @@ async def test_list_spans_every_cluster_node(cluster):
 
 
 @pytest.mark.parametrize("namespace", [None, "bot", "a:b", "*?[x]\\"])
-def test_layout_round_trips_hostile_keys_and_keeps_turn_groups(namespace):
+def test_layout_round_trips_hostile_keys_and_keeps_turn_groups(namespace: str | None) -> None:
     layout = KeyLayout(write_group, namespace)
     keys = [
         "c/users/u",
@@ -465,7 +510,7 @@ class PrivateServer:
     port: int
     directory: Path
     cluster_port: int | None = None
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def cluster(self) -> bool:
@@ -530,7 +575,8 @@ class PrivateServer:
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def start_private_server(directory: Path, *, cluster: bool) -> PrivateServer:
@@ -555,8 +601,10 @@ def private_cluster(tmp_path: Path) -> Iterator[PrivateServer]:
     server.stop()
 
 
-async def test_stopped_server_fails_fast_and_the_same_storage_recovers(private_server):
-    storage = RedisStorage.from_url(private_server.url, timeout=2)
+async def test_stopped_server_fails_fast_and_the_same_storage_recovers(
+    private_server: PrivateServer,
+) -> None:
+    storage = RedisStorage.from_url(private_server.url, timeout=2, write_group=write_group)
     await storage.write({"c/users/a": StoreItem({"v": 1})})
     private_server.stop()
     for attempt in (storage.read(["c/users/a"]), storage.write({"c/users/a": StoreItem({})})):
@@ -573,8 +621,10 @@ async def test_stopped_server_fails_fast_and_the_same_storage_recovers(private_s
     await storage.close()
 
 
-async def test_unresponsive_server_times_out_and_the_same_storage_recovers(private_server):
-    storage = RedisStorage.from_url(f"{private_server.url}?timeout=0.5")
+async def test_unresponsive_server_times_out_and_the_same_storage_recovers(
+    private_server: PrivateServer,
+) -> None:
+    storage = RedisStorage.from_url(f"{private_server.url}?timeout=0.5", write_group=write_group)
     await storage.write({"c/users/a": StoreItem({"v": 1})})
     private_server.process.send_signal(signal.SIGSTOP)
     try:
@@ -588,8 +638,10 @@ async def test_unresponsive_server_times_out_and_the_same_storage_recovers(priva
     await storage.close()
 
 
-async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(private_cluster):
-    storage = RedisStorage.from_url(private_cluster.url, timeout=2)
+async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(
+    private_cluster: PrivateServer,
+) -> None:
+    storage = RedisStorage.from_url(private_cluster.url, timeout=2, write_group=write_group)
     etag = (await storage.write({"c/users/a": StoreItem({"v": 1})}))["c/users/a"]
     private_cluster.stop()
     start = time.monotonic()
@@ -603,8 +655,10 @@ async def test_stopped_cluster_fails_fast_and_the_same_storage_recovers(private_
     await storage.close()
 
 
-async def test_unreachable_cluster_is_unavailable_quickly():
-    storage = RedisStorage.from_url("redis://127.0.0.1:1/0?cluster=true&timeout=1")
+async def test_unreachable_cluster_is_unavailable_quickly() -> None:
+    storage = RedisStorage.from_url(
+        "redis://127.0.0.1:1/0?cluster=true&timeout=1", write_group=write_group
+    )
     start = time.monotonic()
     with pytest.raises(StorageUnavailableError):
         await storage.read(["c/users/a"])
@@ -615,7 +669,7 @@ async def test_unreachable_cluster_is_unavailable_quickly():
 # --- configuration --------------------------------------------------------------------------
 
 
-async def test_open_storage_parses_redis_urls():
+async def test_open_storage_parses_redis_urls() -> None:
     storage = open_storage("redis://user:pw@127.0.0.1:6390/3?namespace=bot:1&timeout=2.5")
     assert isinstance(storage, RedisStorage) and isinstance(storage.client, Redis)
     assert storage.layout.namespace == "bot:1" and storage.atomic_batches
@@ -625,13 +679,13 @@ async def test_open_storage_parses_redis_urls():
     await storage.close()
 
     storage = open_storage("redis://127.0.0.1:7000/0?cluster=true", namespace="n")
-    assert isinstance(storage.client, RedisCluster) and storage.cluster
-    assert storage.layout.namespace == "n" and not storage.atomic_batches
+    assert isinstance(storage, RedisStorage) and isinstance(storage.client, RedisCluster)
+    assert storage.cluster and storage.layout.namespace == "n" and not storage.atomic_batches
     await storage.close()
 
 
-async def test_rediss_urls_configure_tls():
-    storage = open_storage("rediss://example.invalid:6380/0?ssl_cert_reqs=none", timeout=1)
+async def test_rediss_urls_configure_tls() -> None:
+    storage = opened("rediss://example.invalid:6380/0?ssl_cert_reqs=none", timeout=1)
     pool = storage.client.connection_pool
     assert pool.connection_class is SSLConnection
     assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
@@ -665,12 +719,12 @@ async def test_rediss_urls_configure_tls():
         "rediss://h/0?health_check_interval=soon",
     ],
 )
-def test_bad_redis_options_are_refused(url):
+def test_bad_redis_options_are_refused(url: str) -> None:
     with pytest.raises(StorageConfigError):
-        RedisStorage.from_url(url)
+        RedisStorage.from_url(url, write_group=write_group)
 
 
-def test_an_unknown_option_is_refused_by_name_with_the_known_ones():
+def test_an_unknown_option_is_refused_by_name_with_the_known_ones() -> None:
     with pytest.raises(StorageConfigError, match="'namspace'") as info:
         open_storage("redis://h/0?namspace=bot")
     assert "known: client_name, cluster, health_check_interval, namespace," in str(info.value)
@@ -684,32 +738,34 @@ def test_an_unknown_option_is_refused_by_name_with_the_known_ones():
 
 
 @pytest.mark.parametrize("options", [{"pool_size": 0}, {"pool_timeout": 0}, {"timeout": "x"}])
-def test_bad_keyword_options_are_refused(options):
+def test_bad_keyword_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(StorageConfigError):
-        RedisStorage.from_url("redis://h/0", **options)
+        RedisStorage.from_url("redis://h/0", **options, write_group=write_group)
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
-def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster):
+def test_client_options_reach_redis_py_and_unknown_ones_are_refused(cluster: bool) -> None:
     url = f"redis://h:1/0?cluster={str(cluster).lower()}"
-    storage = RedisStorage.from_url(url, client_options={"socket_keepalive": False})
+    storage = RedisStorage.from_url(
+        url, client_options={"socket_keepalive": False}, write_group=write_group
+    )
     client = storage.client
     kwargs = (client.nodes_manager if cluster else client.connection_pool).connection_kwargs
     assert kwargs["socket_keepalive"] is False
     with pytest.raises(StorageConfigError, match="nonsense"):
-        RedisStorage.from_url(url, client_options={"nonsense": 1})
+        RedisStorage.from_url(url, client_options={"nonsense": 1}, write_group=write_group)
     with pytest.raises(StorageConfigError, match="max_connections"):
-        RedisStorage.from_url(url, client_options={"max_connections": 9})
+        RedisStorage.from_url(url, client_options={"max_connections": 9}, write_group=write_group)
 
 
-async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes():
-    storage = open_storage("redis://h:1/2?pool_size=7&pool_timeout=1.5&client_name=bot")
+async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes() -> None:
+    storage = opened("redis://h:1/2?pool_size=7&pool_timeout=1.5&client_name=bot")
     pool = storage.client.connection_pool
     assert isinstance(pool, BlockingConnectionPool)
     assert (pool.max_connections, pool.timeout) == (7, 1.5)
     assert (pool.connection_kwargs["db"], pool.connection_kwargs["client_name"]) == (2, "bot")
     await storage.close()
-    default = open_storage("redis://h:1/0?timeout=3")
+    default = opened("redis://h:1/0?timeout=3")
     assert (
         default.client.connection_pool.max_connections,
         default.client.connection_pool.timeout,
@@ -718,12 +774,12 @@ async def test_pool_options_make_a_blocking_pool_and_size_the_cluster_nodes():
         3.0,
     ), "pool_timeout defaults to timeout"
     await default.close()
-    cluster = open_storage("redis://h:1/0?cluster=true&pool_size=4")
+    cluster = opened("redis://h:1/0?cluster=true&pool_size=4")
     assert cluster.client.nodes_manager.connection_kwargs["max_connections"] == 4
     await cluster.close()
 
 
-async def test_a_given_client_is_left_open(standalone):
+async def test_a_given_client_is_left_open(standalone: RedisStorage) -> None:
     client = Redis.from_url(os.environ[STANDALONE_URL])
     storage = RedisStorage(client, namespace=standalone.layout.namespace, write_group=write_group)
     await storage.write({"c/users/a": StoreItem({})})
@@ -747,24 +803,23 @@ def pooled_url(cluster: bool, **query: object) -> str:
 
 async def connections_named(storage: RedisStorage, name: str) -> int:
     """How many connections on the server (all primaries) carry this client name."""
-    nodes = storage.client.get_primaries() if storage.cluster else [None]
-    total = 0
-    for node in nodes:
-        target = {"target_nodes": node} if node is not None else {}
-        clients = await storage.client.client_list(**target)
-        total += sum(1 for client in clients if client.get("name") == name)
-    return total
+    client = storage.client
+    if isinstance(client, RedisCluster):
+        listed = [await client.client_list(target_nodes=node) for node in client.get_primaries()]
+    else:
+        listed = [await client.client_list()]
+    return sum(1 for clients in listed for each in clients if each.get("name") == name)
 
 
 @pytest.mark.parametrize("cluster", [False, True], ids=["standalone", "cluster"])
-async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster):
+async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster: bool) -> None:
     """150 concurrent turns on 5 connections (per node): all succeed, none opens a sixth."""
     name = f"pool-{uuid.uuid4().hex[:8]}"
-    storage = open_storage(pooled_url(cluster, pool_size=5, client_name=name))
+    storage = opened(pooled_url(cluster, pool_size=5, client_name=name))
     app = AgentApplication(storage, app_name="bot")
 
     @app.message()
-    async def count(ctx, state):
+    async def count(ctx: TurnContext, state: TurnState) -> None:
         state["user:turns"] = state.get("user.turns", 0) + 1
         await ctx.send(str(state["user:turns"]))
 
@@ -782,8 +837,8 @@ async def test_turns_beyond_the_pool_size_wait_for_a_connection(cluster):
         await storage.close()
 
 
-async def test_a_pool_busy_beyond_pool_timeout_is_unavailable():
-    storage = open_storage(pooled_url(False, pool_size=1, pool_timeout=0.2))
+async def test_a_pool_busy_beyond_pool_timeout_is_unavailable() -> None:
+    storage = opened(pooled_url(False, pool_size=1, pool_timeout=0.2))
     held = await storage.client.connection_pool.get_connection()
     try:
         start = time.monotonic()
@@ -796,13 +851,15 @@ async def test_a_pool_busy_beyond_pool_timeout_is_unavailable():
     await storage.close()
 
 
-async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(monkeypatch):
-    storage = open_storage(pooled_url(True, pool_size=1, pool_timeout=0.2))
+async def test_a_cluster_call_waits_at_most_pool_timeout_for_a_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    storage = opened(pooled_url(True, pool_size=1, pool_timeout=0.2))
     await storage.read(["c/users/a"])  # discover the nodes
     entered, release = asyncio.Event(), asyncio.Event()
     send = storage.client.execute_command
 
-    async def held(*args, **kwargs):  # the first call keeps its connection until released
+    async def held(*args: Any, **kwargs: Any) -> Any:  # keeps its connection until released
         entered.set()
         await release.wait()
         return await send(*args, **kwargs)

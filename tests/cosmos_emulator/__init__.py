@@ -8,7 +8,7 @@ what BACKENDS.md lists, and refuses the rest:
   `GET|DELETE /dbs/{db}`), containers (`POST /dbs/{db}/colls`, `GET|DELETE .../colls/{c}`),
   items (`POST .../docs` create, upsert with `x-ms-documentdb-is-upsert`, the prefix query
   with `x-ms-documentdb-isquery`, a transactional batch with `x-ms-cosmos-is-batch-request`;
-  `GET|PUT|DELETE .../docs/{id}`), with or without a trailing slash.
+  the read feed `GET .../docs`; `GET|PUT|DELETE .../docs/{id}`), with or without a trailing slash.
 - Items in memory per container and partition key value (`x-ms-documentdb-partitionkey`),
   with `_etag` / `_rid` / `_ts`; `If-Match` (412), `If-None-Match` on reads (304), 404, 409,
   413 over 2 MB; per-item `ttl` when the container's `defaultTtl` is -1, counted from `_ts`

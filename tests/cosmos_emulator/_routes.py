@@ -110,6 +110,8 @@ def _dispatch(
         container = _owner(account, segments[1], segments[3])
         if depth == 5 and verb == "POST":
             return _post_docs(container, link, headers, payload, size)
+        if depth == 5 and verb == "GET":  # the read feed (`read_all_items`)
+            return _page(container, container.live_items(time.time()), headers)
         if depth == 6 and verb in ("GET", "PUT", "DELETE"):
             return _item(container, link, segments[5], verb, headers, payload)
     raise CosmosFault(405, "MethodNotAllowed", f"{verb} {request.path} is not supported")
@@ -262,7 +264,11 @@ def _query(container: Container, headers: dict[str, str], payload: Any, now: flo
         items = [item.body for item in partition.items.values() if item.live(now)]
     else:
         items = container.live_items(now)
-    documents = evaluate(payload, items)
+    return _page(container, evaluate(payload, items), headers)
+
+
+def _page(container: Container, documents: list[Any], headers: dict[str, str]) -> web.Response:
+    """One page of a query's or the read feed's documents, from `x-ms-continuation` on."""
     start = int(headers.get("x-ms-continuation") or 0)
     page = int(headers.get("x-ms-max-item-count") or _DEFAULT_PAGE)
     page = _DEFAULT_PAGE if page <= 0 else page

@@ -95,20 +95,20 @@ def edited(draw: st.DrawFn, value: Any) -> Any:
             result[key] = draw(json_values)
         return result
     if isinstance(value, list):
-        result = []
+        items: list[Any] = []
         for item in value:
             fate = draw(st.integers(0, 5))
             if fate == 0:
                 continue
             if fate == 1:
-                result.append(draw(json_values))  # inserted before
-            result.append(draw(edited(item)) if fate == 2 else item)
-        position = draw(st.integers(0, len(result)))
-        result[position:position] = draw(st.lists(json_values, max_size=2))
-        if len(result) > 1 and draw(st.booleans()):
-            moved = result.pop(draw(st.integers(0, len(result) - 1)))
-            result.insert(draw(st.integers(0, len(result))), moved)
-        return result
+                items.append(draw(json_values))  # inserted before
+            items.append(draw(edited(item)) if fate == 2 else item)
+        position = draw(st.integers(0, len(items)))
+        items[position:position] = draw(st.lists(json_values, max_size=2))
+        if len(items) > 1 and draw(st.booleans()):
+            moved = items.pop(draw(st.integers(0, len(items) - 1)))
+            items.insert(draw(st.integers(0, len(items))), moved)
+        return items
     return value
 
 
@@ -119,7 +119,11 @@ def operations(draw: st.DrawFn, doc: Any, count: int = 4) -> list[dict[str, Any]
     for tokens in locations(doc):
         if isinstance(lookup(doc, tokens), list):
             size = len(lookup(doc, tokens))
-            targets += [pointer([*tokens, "-"]), pointer([*tokens, size]), pointer(tokens) + "/01"]
+            targets += [
+                pointer([*tokens, "-"]),
+                pointer([*tokens, size]),
+                pointer(list(tokens)) + "/01",
+            ]
     targets += ["/missing", "/missing/deeper", "/0", "/-"]
     paths = st.sampled_from(targets)
     ops = []

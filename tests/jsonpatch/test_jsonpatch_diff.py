@@ -114,7 +114,7 @@ def test_paths_are_escaped() -> None:
     ids=["adds", "replaces-in-list", "root-type-change", "root-scalar"],
 )
 def test_patch_values_do_not_alias_the_target(a: Any) -> None:
-    b = {"new": {"list": [1]}, "lst": [[2], [3]], "t": {"x": [4]}}
+    b: dict[str, Any] = {"new": {"list": [1]}, "lst": [[2], [3]], "t": {"x": [4]}}
     patch = make_patch(a, b)
     before = copy.deepcopy(patch)
     b["new"]["list"].append(9)

@@ -123,11 +123,13 @@ DOC = {"obj": {"k": 1, "t": True}, "arr": [10, 20, 30], "s": "text", "n": None}
     ids=lambda value: value if isinstance(value, str) else f"{value['op']}-{value['path']}",
 )
 @pytest.mark.parametrize("in_place", [False, True], ids=["copy", "in-place"])
-def test_conflict_names_the_failing_operation(op: dict[str, Any], reason: str, in_place: bool):
+def test_conflict_names_the_failing_operation(
+    op: dict[str, Any], reason: str, in_place: bool
+) -> None:
     """Two good operations run first; the third fails, and the document is left as it was."""
     doc = {"obj": {"k": 1, "t": True}, "arr": [10, 20, 30], "s": "text", "n": None}
     before = snapshot(doc)
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/obj/new", "value": [1]},
         {"op": "remove", "path": "/arr/0"},
         op,

@@ -32,7 +32,7 @@ def test_applying_a_too_deep_value_is_a_typed_error_and_changes_nothing(
 ) -> None:
     doc = {"keep": [1]}
     for op in ("add", "replace"):
-        patch = [
+        patch: list[dict[str, Any]] = [
             {"op": "add", "path": "/n", "value": 1},
             {"op": op, "path": "/keep", "value": nested(depth)},
         ]

@@ -52,7 +52,9 @@ def docs_and_patches(draw: st.DrawFn) -> tuple[Any, list[dict[str, Any]]]:
 
 @SETTINGS
 @given(docs_and_patches(), st.booleans())
-def test_apply_agrees_with_the_oracle(case: tuple[Any, list[dict[str, Any]]], in_place: bool):
+def test_apply_agrees_with_the_oracle(
+    case: tuple[Any, list[dict[str, Any]]], in_place: bool
+) -> None:
     doc, patch = case
     ours_ok, ours = our_apply(doc, patch, in_place)
     theirs_ok, theirs = oracle_apply(doc, patch)

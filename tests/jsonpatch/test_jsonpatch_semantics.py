@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from agent_state.jsonpatch import apply_patch, escape, unescape
-from agent_state.jsonpatch._errors import PatchConflictError
+from agent_state.jsonpatch import PatchConflictError, apply_patch, escape, unescape
 from tests.jsonpatch.jsonpatch_support import json_equal, snapshot
 
 
@@ -98,7 +99,7 @@ def test_move_within_an_array_uses_indices_after_removal() -> None:
 @pytest.mark.parametrize("in_place", [False, True])
 def test_added_values_do_not_alias_the_patch(in_place: bool) -> None:
     value = {"deep": [1]}
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "add", "path": "/a", "value": value},
         {"op": "replace", "path": "/b", "value": value},
         {"op": "add", "path": "/a/deep/-", "value": 2},
@@ -114,7 +115,7 @@ def test_added_values_do_not_alias_the_patch(in_place: bool) -> None:
 @pytest.mark.parametrize("in_place", [False, True])
 def test_copy_makes_an_independent_copy(in_place: bool) -> None:
     doc = {"a": {"x": [1]}}
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "copy", "from": "/a", "path": "/b"},
         {"op": "add", "path": "/b/x/-", "value": 2},
     ]
@@ -124,7 +125,7 @@ def test_copy_makes_an_independent_copy(in_place: bool) -> None:
 
 
 def test_copy_mode_copies_only_the_changed_path() -> None:
-    doc = {"left": {"deep": [1, 2]}, "right": {"x": {"y": 1}, "z": [0]}}
+    doc: dict[str, Any] = {"left": {"deep": [1, 2]}, "right": {"x": {"y": 1}, "z": [0]}}
     result = apply_patch(doc, [{"op": "replace", "path": "/right/x/y", "value": 2}])
     assert doc["right"]["x"]["y"] == 1
     assert result["left"] is doc["left"]
@@ -134,8 +135,8 @@ def test_copy_mode_copies_only_the_changed_path() -> None:
 
 
 def test_copy_mode_shares_moved_subtrees_until_they_change() -> None:
-    doc = {"a": {"x": {"y": 1}}, "b": {}}
-    patch = [
+    doc: dict[str, Any] = {"a": {"x": {"y": 1}}, "b": {}}
+    patch: list[dict[str, Any]] = [
         {"op": "move", "from": "/a", "path": "/b/a"},
         {"op": "add", "path": "/b/a/z", "value": 0},
     ]
@@ -148,7 +149,7 @@ def test_copy_mode_shares_moved_subtrees_until_they_change() -> None:
 def test_in_place_rollback_restores_member_order() -> None:
     doc = {"a": 1, "b": {"p": 1, "q": 2, "r": 3}, "c": [1, 2]}
     before = snapshot(doc)
-    patch = [
+    patch: list[dict[str, Any]] = [
         {"op": "remove", "path": "/b/p"},
         {"op": "move", "from": "/a", "path": "/b/a"},
         {"op": "replace", "path": "/b/q", "value": 9},

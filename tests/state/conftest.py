@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ class CountingStorage(MemoryStorage):
         self.writes.append(sorted(changes))
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
-    async def stored(self, key: str) -> dict | None:
+    async def stored(self, key: str) -> dict[str, Any] | None:
         """The stored document of `key` (None when absent), without counting the read."""
         item = (await MemoryStorage.read(self, [key])).get(key)
         return item.value if item is not None else None

@@ -5,20 +5,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import pytest
 from microsoft_agents.activity import Activity as SdkActivity
 from microsoft_agents.activity import ChannelAccount as SdkAccount
 from microsoft_agents.activity import ConversationAccount as SdkConversation
 
-from agent_state._activity import Activity
-from agent_state._app import AgentApplication
-from agent_state._bucket import AgentState
-from agent_state._context import TurnContext
-from agent_state._errors import MissingIdError, StateConflictError
-from agent_state._keys import app_key, conversation_key, parse_key, session_key, user_key
-from agent_state._turn_state import TurnState
-from agent_state.backends import MemoryStorage, StorageUnavailableError
+from agent_state import (
+    Activity,
+    AgentApplication,
+    AgentState,
+    MissingIdError,
+    StateConflictError,
+    TurnContext,
+    TurnIds,
+    TurnState,
+    app_key,
+    conversation_key,
+    parse_key,
+    session_key,
+    user_key,
+)
+from agent_state.backends import MemoryStorage, StorageUnavailableError, StoreItem
 
 
 class CountingStorage(MemoryStorage):
@@ -28,23 +38,29 @@ class CountingStorage(MemoryStorage):
         super().__init__()
         self.reads = self.writes = 0
 
-    async def read(self, keys):
+    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.reads += 1
         return await super().read(keys)
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         self.writes += 1
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 def msg(
-    text: str = "hi",
+    text: str | None = "hi",
     *,
     user: str = "u1",
     conversation: str = "c1",
     channel: str = "test",
     type: str = "message",
-    **fields,
+    **fields: Any,
 ) -> Activity:
     return Activity(
         type=type,
@@ -57,7 +73,7 @@ def msg(
     )
 
 
-async def stored(storage: MemoryStorage) -> dict[str, dict]:
+async def stored(storage: MemoryStorage) -> dict[str, dict[str, Any]]:
     keys = [key async for key in storage.list("")]
     return {key: item.value for key, item in (await storage.read(keys)).items()}
 
@@ -79,9 +95,9 @@ def app(storage: CountingStorage) -> AgentApplication:
 # --- routing ---------------------------------------------------------------------------------
 
 
-async def test_a_str_matches_the_whole_trimmed_text_ignoring_case(app):
+async def test_a_str_matches_the_whole_trimmed_text_ignoring_case(app: AgentApplication) -> None:
     @app.message("help")
-    async def on_help(ctx, state):
+    async def on_help(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send("help!")
 
     assert texts(await app.process(msg("  HeLp \n"))) == ["help!"]
@@ -89,9 +105,9 @@ async def test_a_str_matches_the_whole_trimmed_text_ignoring_case(app):
     assert await app.process(msg("help", type="event")) == [], "only messages"
 
 
-async def test_a_regex_is_searched_in_the_text(app):
+async def test_a_regex_is_searched_in_the_text(app: AgentApplication) -> None:
     @app.message(re.compile(r"order (\d+)"))
-    async def on_order(ctx, state):
+    async def on_order(ctx: TurnContext, state: TurnState) -> None:
         number = re.search(r"order (\d+)", ctx.text).group(1)
         await ctx.send(f"order {number}")
 
@@ -99,27 +115,27 @@ async def test_a_regex_is_searched_in_the_text(app):
     assert await app.process(msg("Order 42")) == [], "a compiled regex keeps its own flags"
 
 
-async def test_message_without_pattern_takes_every_message(app):
+async def test_message_without_pattern_takes_every_message(app: AgentApplication) -> None:
     @app.message()
-    async def on_any(ctx, state):
+    async def on_any(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send(f"echo {ctx.activity.text}")
 
     assert texts(await app.process(msg("anything"))) == ["echo anything"]
     assert await app.process(msg(type="typing")) == []
 
 
-async def test_activity_routes_by_type(app):
+async def test_activity_routes_by_type(app: AgentApplication) -> None:
     @app.activity("conversationUpdate")
-    async def on_update(ctx, state):
+    async def on_update(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send("welcome")
 
     assert texts(await app.process(msg(type="conversationUpdate", text=None))) == ["welcome"]
     assert await app.process(msg("conversationUpdate")) == []
 
 
-async def test_route_takes_sync_and_async_predicates(app):
+async def test_route_takes_sync_and_async_predicates(app: AgentApplication) -> None:
     @app.route(lambda ctx: ctx.activity.value == {"vote": 1})
-    async def on_vote(ctx, state):
+    async def on_vote(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send("sync")
 
     async def is_admin(ctx: TurnContext) -> bool:
@@ -127,7 +143,7 @@ async def test_route_takes_sync_and_async_predicates(app):
         return ctx.activity.from_property.id == "admin"
 
     @app.route(is_admin)
-    async def on_admin(ctx, state):
+    async def on_admin(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send("async")
 
     assert texts(await app.process(msg(value={"vote": 1}))) == ["sync"]
@@ -135,27 +151,29 @@ async def test_route_takes_sync_and_async_predicates(app):
     assert await app.process(msg()) == []
 
 
-async def test_first_matching_route_in_registration_order_wins(app):
+async def test_first_matching_route_in_registration_order_wins(app: AgentApplication) -> None:
     calls = []
 
     @app.route(lambda ctx: False)
-    async def never(ctx, state):
+    async def never(ctx: TurnContext, state: TurnState) -> None:
         calls.append("never")
 
     @app.message(re.compile("a"))
-    async def first(ctx, state):
+    async def first(ctx: TurnContext, state: TurnState) -> None:
         calls.append("first")
 
     @app.message("abc")
-    async def second(ctx, state):
+    async def second(ctx: TurnContext, state: TurnState) -> None:
         calls.append("second")
 
     await app.process(msg("abc"))
     assert calls == ["first"]
 
 
-async def test_decorators_return_the_function_and_reject_bad_arguments(app):
-    async def handler(ctx, state):
+async def test_decorators_return_the_function_and_reject_bad_arguments(
+    app: AgentApplication,
+) -> None:
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         pass
 
     assert app.message("x")(handler) is handler
@@ -171,11 +189,13 @@ async def test_decorators_return_the_function_and_reject_bad_arguments(app):
 # --- state around the turn -------------------------------------------------------------------
 
 
-async def test_handler_gets_context_and_state_and_state_persists(app, storage):
+async def test_handler_gets_context_and_state_and_state_persists(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     seen = []
 
     @app.message()
-    async def count(ctx: TurnContext, state: TurnState):
+    async def count(ctx: TurnContext, state: TurnState) -> None:
         seen.append(ctx.state is state)
         state["user:visits"] = state.get("user.visits", 0) + 1
         state["conversation:messages"] = state.get("conversation.messages", 0) + 1
@@ -198,15 +218,17 @@ async def test_handler_gets_context_and_state_and_state_persists(app, storage):
     }
 
 
-async def test_one_read_and_one_write_per_turn_and_none_when_unchanged(app, storage):
+async def test_one_read_and_one_write_per_turn_and_none_when_unchanged(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     @app.message("write")
-    async def write(ctx, state):
+    async def write(ctx: TurnContext, state: TurnState) -> None:
         state["user:a"] = 1
         state["conversation:b"] = 2
         state["c"] = 3
 
     @app.message("read")
-    async def read(ctx, state):
+    async def read(ctx: TurnContext, state: TurnState) -> None:
         await ctx.send(str(state.get("user.a")))
 
     await app.process(msg("write"))
@@ -217,11 +239,11 @@ async def test_one_read_and_one_write_per_turn_and_none_when_unchanged(app, stor
     assert (storage.reads, storage.writes) == (3, 1)
 
 
-async def test_ids_come_from_the_activity_and_the_namespace(storage):
+async def test_ids_come_from_the_activity_and_the_namespace(storage: CountingStorage) -> None:
     app = AgentApplication(storage, app_name="bot", namespace="tenant-a")
 
     @app.message()
-    async def on_message(ctx, state):
+    async def on_message(ctx: TurnContext, state: TurnState) -> None:
         state["user:x"] = state["conversation:x"] = state["x"] = state["app:x"] = 1
 
     await app.process(msg(user="29:1/abc", conversation="19:x@thread.v2", channel="msteams"))
@@ -233,9 +255,11 @@ async def test_ids_come_from_the_activity_and_the_namespace(storage):
     }
 
 
-async def test_process_accepts_wire_dicts_and_agents_sdk_activities(app, storage):
+async def test_process_accepts_wire_dicts_and_agents_sdk_activities(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     @app.message("hello")
-    async def on_hello(ctx, state):
+    async def on_hello(ctx: TurnContext, state: TurnState) -> None:
         state["user:name"] = ctx.activity.from_property.name
         await ctx.send(f"hi {ctx.activity.from_property.name}")
 
@@ -263,18 +287,20 @@ async def test_process_accepts_wire_dicts_and_agents_sdk_activities(app, storage
     assert (await stored(storage))[user_key("msteams", "29:g")] == {"name": "Grace"}
 
 
-async def test_custom_scopes_are_loaded_and_saved_in_the_same_batch(storage):
+async def test_custom_scopes_are_loaded_and_saved_in_the_same_batch(
+    storage: CountingStorage,
+) -> None:
     class TeamState(AgentState):
         scope = "team"
 
         @classmethod
-        def key_for(cls, ids):
+        def key_for(cls, ids: TurnIds) -> str:
             return f"{ids.channel_id}/teams/all"
 
     app = AgentApplication(storage, app_name="bot", custom_scopes=[TeamState])
 
     @app.message()
-    async def on_message(ctx, state):
+    async def on_message(ctx: TurnContext, state: TurnState) -> None:
         state["team:size"] = state.get("team.size", 0) + 1
         state["user:seen"] = True
 
@@ -284,16 +310,18 @@ async def test_custom_scopes_are_loaded_and_saved_in_the_same_batch(storage):
     assert (await stored(storage))["test/teams/all"] == {"size": 2}
 
 
-async def test_a_turn_without_a_conversation_cannot_touch_conversation_state(app, storage):
+async def test_a_turn_without_a_conversation_cannot_touch_conversation_state(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     @app.message()
-    async def on_message(ctx, state):
+    async def on_message(ctx: TurnContext, state: TurnState) -> None:
         state["user:ok"] = True
         state["conversation:x"] = 1
 
     errors = []
 
     @app.error
-    async def on_error(ctx, error):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(error)
 
     await app.process(Activity(channel_id="test", from_={"id": "u1"}, text="hi"))
@@ -304,24 +332,26 @@ async def test_a_turn_without_a_conversation_cannot_touch_conversation_state(app
 # --- hooks -----------------------------------------------------------------------------------
 
 
-async def test_hooks_run_around_the_handler_and_their_changes_are_saved(app, storage):
+async def test_hooks_run_around_the_handler_and_their_changes_are_saved(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     order = []
 
     @app.before_turn
-    async def first(ctx, state):
+    async def first(ctx: TurnContext, state: TurnState) -> None:
         order.append("before-1")
         state["temp:started"] = True
 
     @app.before_turn
-    async def second(ctx, state):  # returning None continues
+    async def second(ctx: TurnContext, state: TurnState) -> None:  # returning None continues
         order.append("before-2")
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         order.append(f"handler started={state['temp:started']}")
 
     @app.after_turn
-    async def after(ctx, state):
+    async def after(ctx: TurnContext, state: TurnState) -> None:
         order.append("after")
         state["user:last_text"] = ctx.text
 
@@ -330,11 +360,13 @@ async def test_hooks_run_around_the_handler_and_their_changes_are_saved(app, sto
     assert await stored(storage) == {user_key("test", "u1"): {"last_text": "bye"}}
 
 
-async def test_before_turn_returning_false_ends_the_turn_and_saves(app, storage):
+async def test_before_turn_returning_false_ends_the_turn_and_saves(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     calls = []
 
     @app.before_turn
-    async def gate(ctx, state):
+    async def gate(ctx: TurnContext, state: TurnState) -> bool:
         state["user:attempts"] = state.get("user.attempts", 0) + 1
         if ctx.text == "blocked":
             await ctx.send("not allowed")
@@ -342,15 +374,15 @@ async def test_before_turn_returning_false_ends_the_turn_and_saves(app, storage)
         return True
 
     @app.before_turn
-    async def later(ctx, state):
+    async def later(ctx: TurnContext, state: TurnState) -> None:
         calls.append("later hook")
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         calls.append("handler")
 
     @app.after_turn
-    async def after(ctx, state):
+    async def after(ctx: TurnContext, state: TurnState) -> None:
         calls.append("after")
 
     assert texts(await app.process(msg("blocked"))) == ["not allowed"]
@@ -360,20 +392,22 @@ async def test_before_turn_returning_false_ends_the_turn_and_saves(app, storage)
     assert calls == ["later hook", "handler", "after"]
 
 
-async def test_after_turn_returning_false_stops_later_after_hooks_only(app, storage):
+async def test_after_turn_returning_false_stops_later_after_hooks_only(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     calls = []
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         state["done"] = True
 
     @app.after_turn
-    async def stop(ctx, state):
+    async def stop(ctx: TurnContext, state: TurnState) -> bool:
         calls.append("stop")
         return False
 
     @app.after_turn
-    async def skipped(ctx, state):
+    async def skipped(ctx: TurnContext, state: TurnState) -> None:
         calls.append("skipped")
 
     await app.process(msg())
@@ -384,21 +418,23 @@ async def test_after_turn_returning_false_stops_later_after_hooks_only(app, stor
 # --- errors ----------------------------------------------------------------------------------
 
 
-async def test_a_raising_handler_saves_nothing_and_reaches_the_error_handler(app, storage):
-    seen = []
+async def test_a_raising_handler_saves_nothing_and_reaches_the_error_handler(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
+    seen: list[object] = []
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         state["user:changed"] = True
         await ctx.send("working on it")
         raise RuntimeError("boom")
 
     @app.after_turn
-    async def after(ctx, state):
+    async def after(ctx: TurnContext, state: TurnState) -> None:
         seen.append("after")
 
     @app.error
-    async def on_error(ctx: TurnContext, error: Exception):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         seen.append((type(error).__name__, str(error), ctx.state.get("user.changed")))
         await ctx.send("sorry")
 
@@ -408,9 +444,11 @@ async def test_a_raising_handler_saves_nothing_and_reaches_the_error_handler(app
     assert await stored(storage) == {} and storage.writes == 0
 
 
-async def test_without_an_error_handler_the_exception_propagates(app, storage):
+async def test_without_an_error_handler_the_exception_propagates(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         state["user:changed"] = True
         raise KeyError("missing")
 
@@ -420,32 +458,34 @@ async def test_without_an_error_handler_the_exception_propagates(app, storage):
 
 
 @pytest.mark.parametrize("where", ["before", "selector", "after"])
-async def test_errors_in_hooks_and_selectors_reach_the_error_handler(app, storage, where):
-    def fail(step):
+async def test_errors_in_hooks_and_selectors_reach_the_error_handler(
+    app: AgentApplication, storage: CountingStorage, where: str
+) -> None:
+    def fail(step: str) -> None:
         if step == where:
             raise ValueError(step)
 
     @app.before_turn
-    async def before(ctx, state):
+    async def before(ctx: TurnContext, state: TurnState) -> None:
         state["user:x"] = 1
         fail("before")
 
-    def selector(ctx):
+    def selector(ctx: TurnContext) -> bool:
         fail("selector")
         return True
 
     @app.route(selector)
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         pass
 
     @app.after_turn
-    async def after(ctx, state):
+    async def after(ctx: TurnContext, state: TurnState) -> None:
         fail("after")
 
     errors = []
 
     @app.error
-    async def on_error(ctx, error):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(str(error))
 
     assert await app.process(msg()) == []
@@ -453,13 +493,13 @@ async def test_errors_in_hooks_and_selectors_reach_the_error_handler(app, storag
     assert await stored(storage) == {}
 
 
-async def test_an_error_handler_that_raises_propagates(app):
+async def test_an_error_handler_that_raises_propagates(app: AgentApplication) -> None:
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         raise RuntimeError("first")
 
     @app.error
-    async def on_error(ctx, error):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         raise LookupError("second") from error
 
     with pytest.raises(LookupError) as info:
@@ -467,35 +507,37 @@ async def test_an_error_handler_that_raises_propagates(app):
     assert isinstance(info.value.__cause__, RuntimeError)
 
 
-async def test_only_one_error_handler(app):
+async def test_only_one_error_handler(app: AgentApplication) -> None:
     @app.error
-    async def one(ctx, error):
+    async def one(ctx: TurnContext, error: Exception) -> None:
         pass
 
     with pytest.raises(ValueError):
         app.error(one)
 
 
-async def test_a_save_conflict_propagates_without_the_error_handler(app, storage):
+async def test_a_save_conflict_propagates_without_the_error_handler(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     """Another turn changes the same value during every run of this one: the runs are
     bounded, then process raises (the error handler is for the application's own errors)."""
     errors = []
     app.turn_attempts = 3
-    runs = []
+    runs: list[int] = []
 
     @app.message("inner")
-    async def inner(ctx, state):
+    async def inner(ctx: TurnContext, state: TurnState) -> None:
         state["conversation:owner"] = f"{ctx.activity.from_property.id}-{len(runs)}"
 
     @app.message("outer")
-    async def outer(ctx, state):
+    async def outer(ctx: TurnContext, state: TurnState) -> None:
         runs.append(ctx.attempt)
         state["conversation:owner"] = "outer"
         await app.process(msg("inner", user="someone-else"))
         await ctx.send("outer done")
 
     @app.error
-    async def on_error(ctx, error):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         errors.append(error)
 
     await app.process(msg("inner"))  # the conversation exists before both turns read it
@@ -507,16 +549,18 @@ async def test_a_save_conflict_propagates_without_the_error_handler(app, storage
     assert stored_now[conversation_key("test", "c1")] == {"owner": "someone-else-3"}
 
 
-async def test_overlapping_turns_that_change_different_members_both_land(app, storage):
+async def test_overlapping_turns_that_change_different_members_both_land(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     """Group chat: Grace's turn runs inside Ada's, both edit the conversation, both are kept."""
 
     @app.message("grace")
-    async def inner(ctx, state):
+    async def inner(ctx: TurnContext, state: TurnState) -> None:
         state.set("conversation.votes.grace", "yes")
         state["conversation:messages"] = state.get("conversation.messages", 0) + 1
 
     @app.message("ada")
-    async def outer(ctx, state):
+    async def outer(ctx: TurnContext, state: TurnState) -> None:
         state["conversation:topic"] = "release"
         await app.process(msg("grace", user="grace"))
         await ctx.send("ada done")
@@ -529,20 +573,20 @@ async def test_overlapping_turns_that_change_different_members_both_land(app, st
     }
 
 
-async def test_storage_errors_on_load_propagate():
+async def test_storage_errors_on_load_propagate() -> None:
     class DownStorage(MemoryStorage):
-        async def read(self, keys):  # the turn's one read
+        async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:  # the turn's one read
             raise StorageUnavailableError("store is down")
 
     app = AgentApplication(DownStorage(), app_name="bot")
-    called = []
+    called: list[object] = []
 
     @app.message()
-    async def handler(ctx, state):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         called.append("handler")
 
     @app.error
-    async def on_error(ctx, error):
+    async def on_error(ctx: TurnContext, error: Exception) -> None:
         called.append(error)
 
     with pytest.raises(StorageUnavailableError, match="store is down"):
@@ -553,12 +597,12 @@ async def test_storage_errors_on_load_propagate():
 # --- concurrency -----------------------------------------------------------------------------
 
 
-async def test_concurrent_turns_share_no_state(storage):
+async def test_concurrent_turns_share_no_state(storage: CountingStorage) -> None:
     """Hundreds of interleaved turns on one app: every stored value sits under its own key."""
     app = AgentApplication(storage, app_name="bot")
 
     @app.message()
-    async def handler(ctx: TurnContext, state: TurnState):
+    async def handler(ctx: TurnContext, state: TurnState) -> None:
         user, conversation = ctx.activity.from_property.id, ctx.activity.conversation.id
         state["temp:me"] = user
         await asyncio.sleep(0)  # let the other turns run between every step
@@ -595,7 +639,7 @@ async def test_concurrent_turns_share_no_state(storage):
 # --- registration checks ---------------------------------------------------------------------
 
 
-def plain(ctx, state):
+def plain(ctx: TurnContext, state: TurnState) -> None:
     return None
 
 
@@ -603,16 +647,16 @@ class AsyncCallable:
     def __init__(self, text: str) -> None:
         self.text = text
 
-    async def __call__(self, ctx, state):
+    async def __call__(self, ctx: TurnContext, state: TurnState) -> None:
         await ctx.send(self.text)
 
 
 class PlainCallable:
-    def __call__(self, ctx, state):
+    def __call__(self, ctx: TurnContext, state: TurnState) -> None:
         return None
 
 
-def registrations(app: AgentApplication):
+def registrations(app: AgentApplication) -> dict[str, Callable[[Any], object]]:
     return {
         "route handler": app.message(),
         "before_turn hook": app.before_turn,
@@ -623,25 +667,29 @@ def registrations(app: AgentApplication):
 
 @pytest.mark.parametrize(
     "function",
-    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],
+    [plain, lambda ctx, state: None, PlainCallable(), functools.partial(plain, object())],  # type: ignore[arg-type]  # refused at run time
     ids=["function", "lambda", "callable-object", "partial"],
 )
 @pytest.mark.parametrize(
     "role", ["route handler", "before_turn hook", "after_turn hook", "error handler"]
 )
-def test_a_plain_function_is_refused_at_registration_naming_it(app, role, function):
+def test_a_plain_function_is_refused_at_registration_naming_it(
+    app: AgentApplication, role: str, function: Callable[..., object]
+) -> None:
     with pytest.raises(TypeError, match=f"the {role} .* must be an async function") as info:
         registrations(app)[role](function)
     assert repr(function) in str(info.value)
     assert app._routes == [] and app._before == app._after == [] and app._on_error is None
 
 
-async def test_async_callables_partials_and_methods_are_accepted(app, storage):
+async def test_async_callables_partials_and_methods_are_accepted(
+    app: AgentApplication, storage: CountingStorage
+) -> None:
     class Bot:
-        async def on_message(self, ctx, state):
+        async def on_message(self, ctx: TurnContext, state: TurnState) -> None:
             await ctx.send("method")
 
-    async def greet(greeting, ctx, state):
+    async def greet(greeting: str, ctx: TurnContext, state: TurnState) -> None:
         await ctx.send(greeting)
 
     app.message("callable")(AsyncCallable("callable"))

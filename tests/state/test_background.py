@@ -3,34 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent_state._background import (
+from agent_state import (
+    AppState,
+    ConversationState,
+    MissingIdError,
+    SessionState,
+    StateConflictError,
+    TurnIds,
+    UserState,
+    app_key,
+    conversation_key,
     edit_state,
     list_conversations,
     list_users,
     open_state,
+    open_storage,
     open_user,
     read_state,
+    session_key,
+    user_key,
 )
-from agent_state._errors import MissingIdError, StateConflictError
-from agent_state._ids import TurnIds
-from agent_state._keys import app_key, conversation_key, session_key, user_key
-from agent_state._scopes import AppState, ConversationState, SessionState, UserState
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state.backends import MemoryStorage, Storage, StoreItem
 from tests.state.conftest import CountingStorage
+from tests.stores import STORES
 
 ADA = TurnIds(channel_id="msteams", user_id="29:ada")
 KEY = user_key("msteams", "29:ada")
 
 
-async def seed(storage, key, value):
+async def seed(storage: CountingStorage, key: str, value: dict[str, Any]) -> None:
     await storage.write({key: StoreItem(value, None)})
     storage.writes.clear()
 
 
-async def test_read_state_by_ids(storage):
+async def test_read_state_by_ids(storage: CountingStorage) -> None:
     await seed(storage, KEY, {"plan": "free"})
     user = await read_state(storage, UserState, ADA)
     assert isinstance(user, UserState) and user["plan"] == "free" and user.etag is not None
@@ -41,13 +53,13 @@ async def test_read_state_by_ids(storage):
     assert len(storage.reads) == 4
 
 
-async def test_read_state_names_missing_ids(storage):
+async def test_read_state_names_missing_ids(storage: CountingStorage) -> None:
     with pytest.raises(MissingIdError, match="user_id"):
         await read_state(storage, UserState, TurnIds(channel_id="c"))
     assert storage.reads == []
 
 
-async def test_open_user_saves_on_exit(storage):
+async def test_open_user_saves_on_exit(storage: CountingStorage) -> None:
     async with open_user(storage, "msteams", "29:ada") as user:
         user["plan"] = "pro"
     assert await storage.stored(KEY) == {"plan": "pro"}
@@ -56,7 +68,7 @@ async def test_open_user_saves_on_exit(storage):
     assert len(storage.writes) == 1  # an unchanged block writes nothing
 
 
-async def test_open_state_does_not_save_when_the_block_fails(storage):
+async def test_open_state_does_not_save_when_the_block_fails(storage: CountingStorage) -> None:
     with pytest.raises(RuntimeError):
         async with open_user(storage, "msteams", "29:ada") as user:
             user["plan"] = "pro"
@@ -64,17 +76,17 @@ async def test_open_state_does_not_save_when_the_block_fails(storage):
     assert storage.writes == [] and await storage.stored(KEY) is None
 
 
-async def test_two_concurrent_editors_both_land(storage):
+async def test_two_concurrent_editors_both_land(storage: CountingStorage) -> None:
     """A real conflict: B reads, A writes, B's write fails, B re-reads and re-runs its edit."""
     await seed(storage, KEY, {"credits": 5})
     b_has_read, a_done = asyncio.Event(), asyncio.Event()
     runs_b = 0
 
-    async def edit_a(user):
+    async def edit_a(user: UserState) -> None:
         await b_has_read.wait()
         user["plan"] = "pro"
 
-    async def edit_b(user):
+    async def edit_b(user: UserState) -> None:
         nonlocal runs_b
         runs_b += 1
         user["credits"] = user["credits"] + 10
@@ -82,7 +94,7 @@ async def test_two_concurrent_editors_both_land(storage):
             b_has_read.set()
             await a_done.wait()
 
-    async def editor_a():
+    async def editor_a() -> None:
         await edit_state(storage, UserState, ADA, edit_a)
         a_done.set()
 
@@ -92,12 +104,14 @@ async def test_two_concurrent_editors_both_land(storage):
     assert edited["credits"] == 15 and edited.etag == (await storage.read([KEY]))[KEY].etag
 
 
-async def test_edit_state_takes_a_sync_function(storage):
+async def test_edit_state_takes_a_sync_function(storage: CountingStorage) -> None:
     user = await edit_state(storage, UserState, ADA, lambda u: u.set("n", 0))
     assert user["n"] == 0 and await storage.stored(KEY) == {"n": 0}
 
 
-async def test_open_state_rebases_the_block_onto_a_concurrent_write(storage):
+async def test_open_state_rebases_the_block_onto_a_concurrent_write(
+    storage: CountingStorage,
+) -> None:
     await seed(storage, KEY, {"credits": 5, "plan": "free"})
     async with open_user(storage, "msteams", "29:ada") as billing:
         async with open_user(storage, "msteams", "29:ada") as other:
@@ -107,7 +121,7 @@ async def test_open_state_rebases_the_block_onto_a_concurrent_write(storage):
     assert len(storage.writes) == 3
 
 
-async def test_open_state_refuses_to_overwrite_the_same_path(storage):
+async def test_open_state_refuses_to_overwrite_the_same_path(storage: CountingStorage) -> None:
     await seed(storage, KEY, {"plan": "free"})
     with pytest.raises(StateConflictError) as info:
         async with open_user(storage, "msteams", "29:ada") as billing:
@@ -118,7 +132,9 @@ async def test_open_state_refuses_to_overwrite_the_same_path(storage):
     assert await storage.stored(KEY) == {"plan": "team"}
 
 
-async def test_open_state_refuses_to_rename_what_the_other_writer_edited(storage):
+async def test_open_state_refuses_to_rename_what_the_other_writer_edited(
+    storage: CountingStorage,
+) -> None:
     await seed(storage, KEY, {"draft": {"text": "v1"}})
     with pytest.raises(StateConflictError) as info:
         async with open_user(storage, "msteams", "29:ada") as publisher:
@@ -129,7 +145,7 @@ async def test_open_state_refuses_to_rename_what_the_other_writer_edited(storage
     assert await storage.stored(KEY) == {"draft": {"text": "v2"}}
 
 
-async def test_open_state_does_not_bring_back_a_deleted_document(storage):
+async def test_open_state_does_not_bring_back_a_deleted_document(storage: CountingStorage) -> None:
     await seed(storage, KEY, {"name": "Ada", "plan": "pro"})
     with pytest.raises(StateConflictError, match="user state was deleted") as info:
         async with open_user(storage, "msteams", "29:ada") as reminder:
@@ -138,7 +154,7 @@ async def test_open_state_does_not_bring_back_a_deleted_document(storage):
     assert info.value.scopes == ["user"] and await storage.stored(KEY) is None
 
 
-async def test_open_state_creates_when_both_create(storage):
+async def test_open_state_creates_when_both_create(storage: CountingStorage) -> None:
     async with open_user(storage, "msteams", "29:ada") as first:
         async with open_user(storage, "msteams", "29:ada") as second:
             second["b"] = 2
@@ -149,19 +165,25 @@ async def test_open_state_creates_when_both_create(storage):
 class Contended(CountingStorage):
     """Another writer bumps `other` in the user's document just before each write."""
 
-    async def write(self, changes, *, ttl=None, unchanged=None):
+    async def write(
+        self,
+        changes: Mapping[str, StoreItem],
+        *,
+        ttl: float | None = None,
+        unchanged: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
         current = (await MemoryStorage.read(self, [KEY]))[KEY].value
         current["other"] = current.get("other", 0) + 1
         await MemoryStorage.write(self, {KEY: StoreItem(current, "*")})
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
-async def test_edit_state_retries_are_bounded():
+async def test_edit_state_retries_are_bounded() -> None:
     storage = Contended()
     await MemoryStorage.write(storage, {KEY: StoreItem({}, None)})
     runs = 0
 
-    def edit(user):
+    def edit(user: UserState) -> None:
         nonlocal runs
         runs += 1
         user["mine"] = True
@@ -175,7 +197,7 @@ async def test_edit_state_retries_are_bounded():
         await edit_state(storage, UserState, ADA, edit, retries=-1)
 
 
-async def test_open_state_retries_are_bounded():
+async def test_open_state_retries_are_bounded() -> None:
     storage = Contended()
     await MemoryStorage.write(storage, {KEY: StoreItem({}, None)})
     with pytest.raises(StateConflictError, match="gave up after 2"):
@@ -188,7 +210,7 @@ async def test_open_state_retries_are_bounded():
 HOSTILE = ["29:ada", "x/conversations/y", "..", ".", "%2F", "a b", "名前", "users", "~"]
 
 
-async def test_list_users_of_a_channel_with_hostile_ids(storage):
+async def test_list_users_of_a_channel_with_hostile_ids(storage: CountingStorage) -> None:
     for user in HOSTILE:
         await seed(storage, user_key("msteams", user), {"n": 1})
         await seed(storage, session_key("msteams", "conv", user), {"n": 1})
@@ -201,7 +223,7 @@ async def test_list_users_of_a_channel_with_hostile_ids(storage):
     assert sorted(users) == sorted(HOSTILE)
 
 
-async def test_list_conversations_excludes_sessions(storage):
+async def test_list_conversations_excludes_sessions(storage: CountingStorage) -> None:
     conversations = ["19:a@thread.v2", "x/users/y", "..", "conv/users"]
     for conversation in conversations:
         await seed(storage, conversation_key("slack", conversation), {})
@@ -212,7 +234,7 @@ async def test_list_conversations_excludes_sessions(storage):
     assert sorted(found) == sorted(conversations)
 
 
-async def test_listing_respects_the_namespace(storage):
+async def test_listing_respects_the_namespace(storage: CountingStorage) -> None:
     await seed(storage, user_key("c", "in-ns", namespace="bot1"), {})
     await seed(storage, user_key("c", "no-ns"), {})
     assert [u async for u in list_users(storage, "c", namespace="bot1")] == ["in-ns"]
@@ -220,7 +242,9 @@ async def test_listing_respects_the_namespace(storage):
     assert [u async for u in list_users(storage, "nobody")] == []
 
 
-async def test_two_concurrent_open_state_increments_never_store_one(storage):
+async def test_two_concurrent_open_state_increments_never_store_one(
+    storage: CountingStorage,
+) -> None:
     """The lost update of the issue: both read visits=5 and would both store 6."""
     await seed(storage, KEY, {"visits": 5})
     with pytest.raises(StateConflictError) as info:
@@ -230,3 +254,26 @@ async def test_two_concurrent_open_state_increments_never_store_one(storage):
             first["visits"] = first["visits"] + 1
     assert "/visits" in info.value.paths
     assert await storage.stored(KEY) == {"visits": 6}  # one increment stored, one refused
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    storage = open_storage(STORES[request.param](str(tmp_path)))
+    try:
+        yield storage
+    finally:
+        await storage.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "file", "redis"], indirect=True)
+async def test_twenty_concurrent_edits_all_land(store: Storage) -> None:
+    """Background edits re-run like turns: contention never fails one (20 at once, each
+    yielding between its read and its write, so they really overlap)."""
+
+    async def add_one(user: UserState) -> None:
+        count = user.get("count", 0)
+        await asyncio.sleep(0)
+        user["count"] = count + 1
+
+    await asyncio.gather(*(edit_state(store, UserState, ADA, add_one) for _ in range(20)))
+    assert (await read_state(store, UserState, ADA))["count"] == 20

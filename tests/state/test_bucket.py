@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jsonpatch
 import orjson
@@ -11,32 +13,41 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_state._bucket import AgentState, document_of
-from agent_state._errors import ScopeError, StateConflictError, StateError, StateValueError
-from agent_state._ids import TurnIds
+from agent_state import (
+    AgentState,
+    ScopeError,
+    StateConflictError,
+    StateError,
+    StateValueError,
+    TempState,
+    TurnIds,
+    UserState,
+)
+from agent_state._bucket import document_of
 from agent_state._paths import MISSING
-from agent_state._scopes import TempState, UserState
 from agent_state.backends import StoreItem
-from agent_state.jsonpatch._apply import apply_patch
+from agent_state.jsonpatch import apply_patch
 from agent_state.jsonpatch._values import json_equal
 from tests.strategies import JSON_SCALARS
 
 FALSY = [0, 0.0, "", False, [], {}, None]
 
 
-def loaded(document: dict, etag: str = "1") -> UserState:
+def loaded(document: dict[str, Any], etag: str = "1") -> UserState:
     """A user bucket as if read from storage (a fresh copy of `document`)."""
     return UserState("c/users/u", StoreItem(orjson.loads(orjson.dumps(document)), etag))
 
 
-def blind(bucket: AgentState) -> dict:
+def blind(bucket: AgentState) -> dict[str, Any]:
     """The live document without recording a read: these tests exercise the write-write
     rules, which hold whatever a turn read (the read rules have their own tests below)."""
-    return document_of(bucket).edited()
+    edited: dict[str, Any] = document_of(bucket).edited()
+    return edited
 
 
-def snapshot(bucket: AgentState) -> dict:
-    return orjson.loads(orjson.dumps(document_of(bucket).document()))
+def snapshot(bucket: AgentState) -> dict[str, Any]:
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(document_of(bucket).document()))
+    return copied
 
 
 def canonical(value: object) -> bytes:
@@ -45,7 +56,7 @@ def canonical(value: object) -> bytes:
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_falsy_values_are_values(value):
+def test_falsy_values_are_values(value: object) -> None:
     bucket = UserState()
     bucket["v"] = value
     assert "v" in bucket
@@ -56,13 +67,13 @@ def test_falsy_values_are_values(value):
 
 
 @pytest.mark.parametrize("value", FALSY)
-def test_loaded_falsy_values_are_kept(value):
+def test_loaded_falsy_values_are_kept(value: object) -> None:
     bucket = loaded({"v": value})
     assert bucket.get("v", "default") == value
     assert not bucket.changed
 
 
-def test_dict_interface():
+def test_dict_interface() -> None:
     bucket = loaded({"a": 1, "b": 2})
     bucket.set("c", 3)
     bucket.delete("a")
@@ -80,7 +91,7 @@ def test_dict_interface():
     assert len(bucket) == 0 and bucket.changed
 
 
-def test_data_is_the_live_dict():
+def test_data_is_the_live_dict() -> None:
     bucket = loaded({"a": {"b": 1}})
     bucket.data["a"]["b"] = 2
     assert bucket["a"] == {"b": 2} and bucket.changed
@@ -105,7 +116,7 @@ def test_data_is_the_live_dict():
         {"nested": [{"deep": {3}}]},
     ],
 )
-def test_non_json_values_are_refused_at_set_time(value):
+def test_non_json_values_are_refused_at_set_time(value: object) -> None:
     bucket = UserState()
     with pytest.raises(StateValueError):
         bucket["v"] = value
@@ -115,7 +126,7 @@ def test_non_json_values_are_refused_at_set_time(value):
     assert isinstance(StateValueError("x"), (TypeError, StateError))
 
 
-def test_non_json_values_slipped_in_place_fail_before_saving():
+def test_non_json_values_slipped_in_place_fail_before_saving() -> None:
     @dataclasses.dataclass
     class Point:
         x: int
@@ -127,12 +138,12 @@ def test_non_json_values_slipped_in_place_fail_before_saving():
             document_of(bucket).pending_write()
 
 
-def test_non_str_keys_are_refused():
+def test_non_str_keys_are_refused() -> None:
     with pytest.raises(StateValueError):
         UserState()[1] = "x"  # type: ignore[index]
 
 
-def test_attribute_typos_do_not_silently_vanish():
+def test_attribute_typos_do_not_silently_vanish() -> None:
     bucket = UserState()
     with pytest.raises(AttributeError):
         bucket.name = "Ada"  # type: ignore[attr-defined]
@@ -144,7 +155,7 @@ def test_attribute_typos_do_not_silently_vanish():
         Custom().name = "Ada"  # type: ignore[attr-defined]
 
 
-def test_untouched_and_read_only_buckets_are_unchanged():
+def test_untouched_and_read_only_buckets_are_unchanged() -> None:
     bucket = loaded({"a": {"b": [1, 2]}, "z": 0})
     assert (
         not bucket.changed
@@ -155,7 +166,7 @@ def test_untouched_and_read_only_buckets_are_unchanged():
     assert not bucket.changed and document_of(bucket).pending_write() is None
 
 
-def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison():
+def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison() -> None:
     """No in-place edit can follow a read of a scalar, so the save skips serializing the
     document: a document another writer stored in its own layout is not rewritten either."""
     raw = b'{ "name" : "Ada",  "visits": 3, "profile": {"langs": ["en"]} }'
@@ -168,7 +179,7 @@ def test_a_bucket_that_handed_out_only_scalars_is_unchanged_without_a_comparison
     assert item is not None and item.value["profile"] == {"langs": ["en", "fr"]}
 
 
-def test_new_empty_bucket_is_unchanged_until_written_to():
+def test_new_empty_bucket_is_unchanged_until_written_to() -> None:
     bucket = UserState("c/users/u")
     assert bucket.get("x") is None and not bucket.changed
     bucket["x"] = 1
@@ -190,7 +201,9 @@ def test_new_empty_bucket_is_unchanged_until_written_to():
         lambda d: d.__setitem__("flag", 0),
     ],
 )
-def test_nested_in_place_edits_are_detected_and_patched(edit):
+def test_nested_in_place_edits_are_detected_and_patched(
+    edit: Callable[[dict[str, Any]], object],
+) -> None:
     start = {
         "profile": {"name": "Ada", "langs": ["en"]},
         "history": [{"seen": False}, {"seen": False}],
@@ -207,7 +220,7 @@ def test_nested_in_place_edits_are_detected_and_patched(edit):
     assert canonical(jsonpatch.apply_patch(start, patch)) == canonical(now)
 
 
-def test_changes_do_not_alias_the_live_document():
+def test_changes_do_not_alias_the_live_document() -> None:
     bucket = loaded({})
     bucket["list"] = [1]
     patch = bucket.changes()
@@ -215,14 +228,14 @@ def test_changes_do_not_alias_the_live_document():
     assert patch == [{"op": "add", "path": "/list", "value": [1]}]
 
 
-def test_document_is_a_fresh_copy():
+def test_document_is_a_fresh_copy() -> None:
     bucket = loaded({"a": {"b": 1}})
     copy = bucket.document()
     copy["a"]["b"] = 99
     assert bucket["a"]["b"] == 1 and not bucket.changed
 
 
-def test_mark_saved_moves_the_baseline_and_etag():
+def test_mark_saved_moves_the_baseline_and_etag() -> None:
     bucket = loaded({"n": 1}, etag="7")
     bucket["n"] = 2
     item = document_of(bucket).pending_write()
@@ -231,22 +244,22 @@ def test_mark_saved_moves_the_baseline_and_etag():
     assert bucket.etag == "8" and not bucket.changed and bucket.changes() == []
     bucket["n"] = 3
     assert bucket.changes() == [{"op": "replace", "path": "/n", "value": 3}]
-    assert document_of(bucket).pending_write().etag == "8"  # type: ignore[union-attr]
+    assert document_of(bucket).pending_write().etag == "8"
 
 
-def test_mark_saved_needs_a_pending_write():
+def test_mark_saved_needs_a_pending_write() -> None:
     with pytest.raises(StateError):
         document_of(loaded({})).mark_saved("2")
 
 
-def test_load_starts_over():
+def test_load_starts_over() -> None:
     bucket = loaded({"n": 1})
     bucket["n"] = 2
     document_of(bucket).load(StoreItem({"n": 5}, "9"))
     assert bucket["n"] == 5 and bucket.etag == "9" and not bucket.changed
 
 
-def test_rebase_merges_disjoint_changes():
+def test_rebase_merges_disjoint_changes() -> None:
     bucket = loaded({"plan": "free", "credits": 0, "tags": ["a"]}, etag="1")
     bucket["plan"] = "pro"
     document_of(bucket).rebase(StoreItem({"plan": "free", "credits": 10, "tags": ["a"]}, "2"))
@@ -257,7 +270,7 @@ def test_rebase_merges_disjoint_changes():
 
 
 @pytest.mark.parametrize("edit", [lambda d: d.__setitem__("plan", "pro"), lambda d: d.pop("plan")])
-def test_rebase_skips_a_change_both_made(edit):
+def test_rebase_skips_a_change_both_made(edit: Callable[[dict[str, Any]], object]) -> None:
     bucket = loaded({"plan": "free", "n": 1})
     edit(blind(bucket))
     theirs = snapshot(bucket)
@@ -276,7 +289,9 @@ def test_rebase_skips_a_change_both_made(edit):
         (lambda d: d.pop("plan"), {"plan": "team", "tags": ["a"]}, "/plan"),
     ],
 )
-def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
+def test_rebase_refuses_changes_to_the_same_paths(
+    ours: Callable[[dict[str, Any]], object], theirs: dict[str, Any], path: str
+) -> None:
     bucket = loaded({"plan": "free", "tags": ["a"]})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -286,7 +301,7 @@ def test_rebase_refuses_changes_to_the_same_paths(ours, theirs, path):
     assert snapshot(bucket) == before and bucket.etag == "1"
 
 
-def _rename_draft(d):
+def _rename_draft(d: dict[str, Any]) -> None:
     d["final"] = d.pop("draft")  # an equal value under a new name: a JSON Patch "move"
 
 
@@ -301,7 +316,9 @@ def _rename_draft(d):
         (lambda d: d["draft"].update(t="ours"), {"final": {"t": "old"}, "n": 1}, "/draft/t"),
     ],
 )
-def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
+def test_rebase_counts_a_renamed_member_as_changed(
+    ours: Callable[[dict[str, Any]], object], theirs: dict[str, Any], path: str
+) -> None:
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     ours(blind(bucket))
     before = snapshot(bucket)
@@ -311,7 +328,7 @@ def test_rebase_counts_a_renamed_member_as_changed(ours, theirs, path):
     assert snapshot(bucket) == before and bucket.etag == "1"
 
 
-def test_rebase_keeps_a_rename_apart_from_their_changes():
+def test_rebase_keeps_a_rename_apart_from_their_changes() -> None:
     bucket = loaded({"draft": {"t": "old"}, "n": 1})
     _rename_draft(blind(bucket))
     document_of(bucket).rebase(StoreItem({"draft": {"t": "old"}, "n": 2}, "2"))
@@ -330,7 +347,9 @@ def test_rebase_keeps_a_rename_apart_from_their_changes():
         (lambda b: len(b), ""),
     ],
 )
-def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
+def test_rebase_refuses_when_they_changed_what_this_turn_read(
+    read: Callable[[UserState], object], path: str
+) -> None:
     """Write skew: we decided on `credits` (or everything) that they changed meanwhile."""
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     read(bucket)
@@ -343,7 +362,7 @@ def test_rebase_refuses_when_they_changed_what_this_turn_read(read, path):
     assert bucket["plan"] == "pro" and bucket.etag == "1"
 
 
-def test_rebase_merges_when_what_this_turn_read_is_untouched():
+def test_rebase_merges_when_what_this_turn_read_is_untouched() -> None:
     bucket = loaded({"plan": "free", "credits": 0, "limits": {"daily": 1}})
     assert bucket.get("plan") == "free" and bucket.get_path(("limits", "weekly")) is not None
     bucket["plan"] = "pro"
@@ -353,7 +372,7 @@ def test_rebase_merges_when_what_this_turn_read_is_untouched():
     assert dict(bucket) == {"plan": "pro", "credits": 10, "limits": {"daily": 1}}
 
 
-def test_two_increments_never_merge_into_one():
+def test_two_increments_never_merge_into_one() -> None:
     first, second = loaded({"n": 1}), loaded({"n": 1})
     first["n"] = first["n"] + 1
     second["n"] = second["n"] + 1
@@ -361,26 +380,26 @@ def test_two_increments_never_merge_into_one():
         document_of(second).rebase(StoreItem(first.document(), "2"))
 
 
-def test_rebase_of_an_untouched_bucket_just_loads():
+def test_rebase_of_an_untouched_bucket_just_loads() -> None:
     bucket = loaded({"a": 1})
     document_of(bucket).rebase(StoreItem({"a": 2}, "5"))
     assert bucket["a"] == 2 and bucket.etag == "5"
 
 
-def test_temp_is_not_persisted_and_has_no_key():
+def test_temp_is_not_persisted_and_has_no_key() -> None:
     assert TempState.persisted is False and TempState().key is None
     with pytest.raises(ScopeError):
         TempState.key_for(TurnIds(channel_id="c"))
 
 
-def test_scope_names_are_checked_when_the_class_is_made():
+def test_scope_names_are_checked_when_the_class_is_made() -> None:
     with pytest.raises(ScopeError):
 
         class Bad(AgentState):
             scope = "Not An Identifier"
 
 
-def test_model_must_be_a_pydantic_model():
+def test_model_must_be_a_pydantic_model() -> None:
     with pytest.raises(TypeError):
 
         class Bad(AgentState):
@@ -401,7 +420,7 @@ _edits = st.lists(
 )
 
 
-def _containers(node):
+def _containers(node: dict[str, Any] | list[Any]) -> Iterator[dict[str, Any] | list[Any]]:
     yield node
     for child in node.values() if isinstance(node, dict) else node:
         if isinstance(child, (dict, list)):
@@ -409,7 +428,9 @@ def _containers(node):
 
 
 @given(st.dictionaries(st.text(max_size=3), _json, max_size=5), _edits)
-def test_changes_replay_random_in_place_edits(start, edits):
+def test_changes_replay_random_in_place_edits(
+    start: dict[str, Any], edits: list[tuple[int, str, Any]]
+) -> None:
     bucket = loaded(start)
     for pick, action, value in edits:
         containers = list(_containers(bucket.data))

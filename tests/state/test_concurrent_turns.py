@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -10,12 +11,12 @@ from agent_state import AgentApplication, StateConflictError, TurnContext, TurnS
 from agent_state.backends import MemoryStorage
 
 
-def msg(text: str, *, user: str = "ada", conversation: str = "c1") -> dict:
+def msg(text: str, *, user: str = "ada", conversation: str = "c1") -> dict[str, Any]:
     return {"type": "message", "channelId": "test", "text": text, "from": {"id": user},
             "conversation": {"id": conversation}}  # fmt: skip
 
 
-async def stored(storage: MemoryStorage, key: str) -> dict | None:
+async def stored(storage: MemoryStorage, key: str) -> dict[str, Any] | None:
     item = (await storage.read([key])).get(key)
     return item.value if item is not None else None
 
@@ -36,7 +37,7 @@ async def test_fifty_concurrent_turns_of_one_conversation_all_count_without_conf
     replies = await asyncio.gather(*(app.process(msg("hi", user=f"u{i}")) for i in range(50)))
     assert await stored(storage, "test/conversations/c1") == {"count": 50}
     assert attempts == [1] * 50  # queued in this process: no conflict, no second run
-    assert sorted(r[0].text for r in replies) == sorted(f"count {i}" for i in range(1, 51))
+    assert sorted(str(r[0].text) for r in replies) == sorted(f"count {i}" for i in range(1, 51))
 
 
 async def test_turns_of_fifty_conversations_sharing_an_app_counter_all_succeed() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from agent_state.backends import MemoryStorage
 RECORD = "test/conversations/c1/activities/a-1"
 
 
-def payment(amount: int = 10, *, activity_id: str | None = "a-1") -> dict:
+def payment(amount: int = 10, *, activity_id: str | None = "a-1") -> dict[str, Any]:
     wire = {"type": "message", "channelId": "test", "text": f"pay {amount}",
             "from": {"id": "ada"}, "conversation": {"id": "c1"}}  # fmt: skip
     if activity_id is not None:
@@ -33,7 +34,10 @@ def payments_app(storage: MemoryStorage, **options: object) -> AgentApplication:
 
 
 async def total(storage: MemoryStorage) -> int:
-    return (await storage.read(["test/conversations/c1"]))["test/conversations/c1"].value["total"]
+    counted: int = (await storage.read(["test/conversations/c1"]))["test/conversations/c1"].value[
+        "total"
+    ]
+    return counted
 
 
 async def test_a_redelivered_activity_is_applied_once_and_gets_the_first_replies() -> None:

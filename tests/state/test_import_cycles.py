@@ -19,7 +19,7 @@ def _core_imports(source: str) -> set[str]:
             else:
                 found.add(node.module.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent_state."):
-            found.add(node.module.split(".")[1])  # type: ignore[union-attr]
+            found.add((node.module or "").split(".")[1])
     return found
 
 

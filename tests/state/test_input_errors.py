@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
@@ -55,7 +57,7 @@ class ProfileState(UserState):
 
 
 @ProfileState.migration(from_version=1)
-def broken(document: dict) -> dict:
+def broken(document: dict[str, Any]) -> dict[str, Any]:
     raise KeyError("full_name")
 
 

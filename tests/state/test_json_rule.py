@@ -7,11 +7,13 @@ import datetime
 import decimal
 import enum
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from agent_state import StateValueError, TurnIds, open_turn
+from agent_state import StateValueError, TurnIds, TurnState, open_turn
 from agent_state.backends import InvalidValueError, MemoryStorage, StoreItem
 from agent_state.backends._json import MAX_DEPTH
 
@@ -35,8 +37,8 @@ class Model(BaseModel):
     x: int = 1
 
 
-def nested(depth: int) -> dict:
-    root: dict = {}
+def nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
     node = root
     for _ in range(depth - 1):
         node["a"] = {}
@@ -44,8 +46,8 @@ def nested(depth: int) -> dict:
     return root
 
 
-def cyclic() -> list:
-    items: list = []
+def cyclic() -> list[Any]:
+    items: list[Any] = []
     items.append(items)
     return items
 
@@ -129,7 +131,9 @@ async def test_json_values_and_shared_subtrees_are_accepted() -> None:
     ],
     ids=["through data", "through a nested path", "through a member"],
 )
-async def test_in_place_edits_through_any_handed_out_container_are_checked(edit) -> None:
+async def test_in_place_edits_through_any_handed_out_container_are_checked(
+    edit: Callable[[TurnState], object],
+) -> None:
     storage = MemoryStorage()
     async with open_turn(storage, IDS) as state:
         state["user:readings"] = [1.0]

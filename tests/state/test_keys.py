@@ -10,47 +10,43 @@ from hypothesis import strategies as st
 
 from agent_state import (
     AgentApplication,
+    ParsedKey,
     TurnContext,
     TurnIds,
     TurnState,
     accept_run,
-    literal,
-    open_run,
-    write_group,
-)
-from agent_state._keys import (
-    ParsedKey,
     app_key,
     conversation_key,
     escape_segment,
+    literal,
+    open_run,
     parse_key,
     session_key,
-    thread_owner_key,
-    thread_sent_key,
     unescape_segment,
     user_key,
+    write_group,
 )
-from agent_state.backends import MemoryStorage, StoreItem
-from agent_state.backends._errors import InvalidKeyError
+from agent_state._keys import thread_owner_key, thread_sent_key
+from agent_state.backends import InvalidKeyError, MemoryStorage, StoreItem
 from agent_state.backends._keys import check_key
 
 ids = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
 
 
 @given(ids)
-def test_segment_is_safe_and_reversible(ident):
+def test_segment_is_safe_and_reversible(ident: str) -> None:
     segment = escape_segment(ident)
     assert "/" not in segment and segment not in ("", ".", "..") and "\x00" not in segment
     assert unescape_segment(segment) == ident
 
 
 @given(ids, ids)
-def test_distinct_ids_never_share_a_segment(a, b):
+def test_distinct_ids_never_share_a_segment(a: str, b: str) -> None:
     assert (escape_segment(a) == escape_segment(b)) == (a == b)
 
 
 @given(ids, ids, ids)
-def test_every_key_parses_back_to_its_ids(channel, conversation, user):
+def test_every_key_parses_back_to_its_ids(channel: str, conversation: str, user: str) -> None:
     assert parse_key(user_key(channel, user)) == ParsedKey("user", channel=channel, user=user)
     assert parse_key(conversation_key(channel, conversation)) == ParsedKey(
         "conversation", channel=channel, conversation=conversation
@@ -68,8 +64,10 @@ def test_every_key_parses_back_to_its_ids(channel, conversation, user):
 
 
 @given(st.tuples(ids, ids, ids), st.tuples(ids, ids, ids))
-def test_keys_collide_only_for_the_same_scope_and_ids(first, second):
-    def all_keys(c, v, u):
+def test_keys_collide_only_for_the_same_scope_and_ids(
+    first: tuple[str, str, str], second: tuple[str, str, str]
+) -> None:
+    def all_keys(c: str, v: str, u: str) -> list[str]:
         return [user_key(c, u), conversation_key(c, v), session_key(c, v, u), app_key(u),
                 session_key(c, v, u, agent=c)]  # fmt: skip
 
@@ -78,23 +76,23 @@ def test_keys_collide_only_for_the_same_scope_and_ids(first, second):
             assert (a == b) == (parse_key(a) == parse_key(b))
 
 
-def test_readable_ids_stay_readable():
+def test_readable_ids_stay_readable() -> None:
     assert user_key("msteams", "29:1abc") == "msteams/users/29:1abc"
     assert conversation_key("msteams", "19:x@thread.v2") == "msteams/conversations/19:x@thread.v2"
 
 
-def test_an_id_cannot_address_another_scope():
+def test_an_id_cannot_address_another_scope() -> None:
     key = user_key("c", "x/conversations/y")
     assert key == "c/users/x%2Fconversations%2Fy"
     assert parse_key(key).scope == "user"
 
 
 @pytest.mark.parametrize("ident, segment", [(".", "%2E"), ("..", "%2E%2E"), ("a.b", "a.b")])
-def test_dot_segments_are_escaped(ident, segment):
+def test_dot_segments_are_escaped(ident: str, segment: str) -> None:
     assert escape_segment(ident) == segment
 
 
-def test_namespace_isolates_keys():
+def test_namespace_isolates_keys() -> None:
     key = user_key("c", "u", namespace="bot-a")
     assert key == "bot-a/c/users/u"
     assert parse_key(key, namespace="bot-a").user == "u"
@@ -103,9 +101,9 @@ def test_namespace_isolates_keys():
 
 
 @pytest.mark.parametrize("bad", ["", None, 5, "\ud800"])
-def test_bad_ids_are_refused_naming_what(bad):
+def test_bad_ids_are_refused_naming_what(bad: int | str | None) -> None:
     with pytest.raises(InvalidKeyError, match="user id"):
-        user_key("c", bad)
+        user_key("c", bad)  # type: ignore[arg-type]  # the wrong type is the point
 
 
 @pytest.mark.parametrize(
@@ -123,20 +121,20 @@ def test_bad_ids_are_refused_naming_what(bad):
         "",
     ],
 )
-def test_foreign_or_non_canonical_keys_are_refused(key):
+def test_foreign_or_non_canonical_keys_are_refused(key: str) -> None:
     with pytest.raises(InvalidKeyError):
         parse_key(key)
 
 
 @given(st.text(st.sampled_from("aZ09-_.:@~/%é \x00"), min_size=1, max_size=12))
-def test_escaping_is_percent_encoding_outside_the_safe_set(ident):
+def test_escaping_is_percent_encoding_outside_the_safe_set(ident: str) -> None:
     """Ids that need no escaping take a fast path; it must agree with the general one."""
     expected = quote(ident, safe="-_.:@~")
     assert escape_segment(ident) == (expected if expected.strip(".") else "%2E" * len(ident))
 
 
 @given(st.text(st.sampled_from("a./\x00é"), max_size=8))
-def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key):
+def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key: str) -> None:
     segments = key.split("/")
     if not key or "\x00" in key or any(s in ("", ".", "..") for s in segments):
         with pytest.raises(InvalidKeyError):
@@ -145,7 +143,7 @@ def test_check_key_refuses_exactly_empty_dot_and_nul_segments(key):
         assert check_key(key) == key
 
 
-def test_check_key_remembers_only_valid_keys():
+def test_check_key_remembers_only_valid_keys() -> None:
     for _ in range(2):  # a refusal is never remembered: the second call refuses again
         with pytest.raises(InvalidKeyError):
             check_key("a//b")
@@ -200,8 +198,9 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
         parsed = parse_key(key, namespace="ns")
         kinds[key] = (parsed.scope, parsed.kind, parsed.record)
         assert write_group(key) == write_group_of(parsed, key)
-    app = app_key("bot", namespace="ns")  # the one scope this bot did not write
-    assert write_group(app) == write_group_of(parse_key(app, namespace="ns"), app) == app
+    app_doc = app_key("bot", namespace="ns")  # the one scope this bot did not write
+    assert write_group(app_doc) == write_group_of(parse_key(app_doc, namespace="ns"), app_doc)
+    assert write_group(app_doc) == app_doc
     assert kinds == {
         user_key("ch", "u", namespace="ns"): ("user", "state", None),
         conversation: ("conversation", "state", None),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +19,7 @@ IDS = TurnIds(channel_id="c", user_id="u", conversation_id="k", app_name="a")
 CONVERSATION = "c/conversations/k"
 
 
-async def stored(storage: Storage, key: str) -> dict | None:
+async def stored(storage: Storage, key: str) -> dict[str, Any] | None:
     item = (await storage.read([key])).get(key)
     return item.value if item is not None else None
 
@@ -48,7 +51,7 @@ async def test_write_skew_never_breaks_the_rule(where: tuple[str, str]) -> None:
         async with open_turn(storage, IDS) as state:
             state[where[0]], state[where[1]] = 1, 1
 
-        def zero(member: str):
+        def zero(member: str) -> Callable[[TurnState, int], Awaitable[None]]:
             async def body(state: TurnState, attempt: int) -> None:
                 a, b = state.get(paths[0]), state.get(paths[1])
                 await asyncio.sleep(0)
@@ -91,7 +94,7 @@ async def test_the_backoff_grows_with_the_runs_and_with_how_long_a_run_takes(
         windows.append(high)
         return 0.0
 
-    monkeypatch.setattr(lifecycle.random, "uniform", no_wait)
+    monkeypatch.setattr(random, "uniform", no_wait)  # the module _lifecycle draws from
     storage = MemoryStorage()
 
     async def slow_and_overtaken(state: TurnState, attempt: int) -> None:

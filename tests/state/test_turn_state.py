@@ -3,31 +3,36 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
-from agent_state._background import read_state
-from agent_state._bucket import AgentState
-from agent_state._errors import (
+from agent_state import (
+    AgentState,
+    AppState,
+    ConversationState,
     MissingIdError,
     ScopeError,
+    Scopes,
+    SessionState,
     StateConflictError,
     StatePathError,
     StateValueError,
-)
-from agent_state._ids import TurnIds
-from agent_state._keys import app_key, conversation_key, escape_segment, session_key, user_key
-from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import TURN_STATE_NAMES, Scopes
-from agent_state._scopes import (
-    BUILTIN_SCOPES,
-    AppState,
-    ConversationState,
-    SessionState,
     TempState,
+    TurnIds,
+    TurnState,
     UserState,
+    app_key,
+    conversation_key,
+    escape_segment,
+    read_state,
+    session_key,
+    user_key,
 )
-from agent_state._turn_state import TurnState
+from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
+from agent_state._plan import TURN_STATE_NAMES
+from agent_state._scopes import BUILTIN_SCOPES
 from agent_state.backends import MemoryStorage, StoreItem
 from tests.state.conftest import CountingStorage
 
@@ -51,15 +56,17 @@ class TeamState(AgentState):
         return f"{escape_segment(channel)}/teams/{escape_segment(app)}"
 
 
-async def turn(storage, ids=IDS, custom=()) -> TurnState:
+async def turn(
+    storage: CountingStorage, ids: TurnIds = IDS, custom: Sequence[type[AgentState]] = ()
+) -> TurnState:
     return await read_turn(storage, ids, Scopes(custom))
 
 
-async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
+async def save(storage: CountingStorage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
     await save_merging(storage, state.stored_documents(), retries=retries)
 
 
-def test_builtin_keys_follow_the_design():
+def test_builtin_keys_follow_the_design() -> None:
     assert [cls.key_for(IDS) for cls in BUILTIN_SCOPES if cls.persisted] == [
         "msteams/users/29:ada",
         "msteams/conversations/19:c@thread.v2",
@@ -70,7 +77,7 @@ def test_builtin_keys_follow_the_design():
     assert UserState.key_for(namespaced) == "bot1/c/users/u"
 
 
-def test_hostile_ids_stay_inside_their_key():
+def test_hostile_ids_stay_inside_their_key() -> None:
     ids = TurnIds(channel_id="c", user_id="x/conversations/y", conversation_id="..")
     assert UserState.key_for(ids) == "c/users/x%2Fconversations%2Fy"
     assert ConversationState.key_for(ids) == "c/conversations/%2E%2E"
@@ -85,7 +92,7 @@ def test_hostile_ids_stay_inside_their_key():
         (AppState, ("app_name",)),
     ],
 )
-def test_missing_ids_are_named(cls, missing):
+def test_missing_ids_are_named(cls: type[AgentState], missing: tuple[str, ...]) -> None:
     ids = TurnIds(channel_id="c", user_id="" if cls is UserState else None)
     with pytest.raises(MissingIdError) as info:
         cls.key_for(ids)
@@ -94,13 +101,13 @@ def test_missing_ids_are_named(cls, missing):
     assert isinstance(info.value, ValueError)
 
 
-async def test_one_read_for_every_persisted_bucket(storage):
+async def test_one_read_for_every_persisted_bucket(storage: CountingStorage) -> None:
     await turn(storage)
     assert len(storage.reads) == 1
     assert sorted(storage.reads[0]) == sorted([USER, CONVERSATION, SESSION, APP])
 
 
-async def test_unchanged_turn_writes_nothing(storage):
+async def test_unchanged_turn_writes_nothing(storage: CountingStorage) -> None:
     await storage.write({USER: _item({"name": "Ada", "n": 0})})
     storage.writes.clear()
     state = await turn(storage)
@@ -111,7 +118,7 @@ async def test_unchanged_turn_writes_nothing(storage):
     assert storage.writes == []
 
 
-async def test_save_writes_only_changed_buckets_in_one_batch(storage):
+async def test_save_writes_only_changed_buckets_in_one_batch(storage: CountingStorage) -> None:
     state = await turn(storage)
     state["user:name"] = "Ada"
     assert state.get("conversation.count") is None  # read, not changed
@@ -125,7 +132,7 @@ async def test_save_writes_only_changed_buckets_in_one_batch(storage):
     assert [key async for key in storage.list("")] == sorted([USER, SESSION])
 
 
-async def test_temp_is_never_read_or_written(storage):
+async def test_temp_is_never_read_or_written(storage: CountingStorage) -> None:
     state = await turn(storage)
     state.temp["x"] = {"big": list(range(10))}
     await save(storage, state)
@@ -133,7 +140,7 @@ async def test_temp_is_never_read_or_written(storage):
     assert (await turn(storage)).temp.get("x") is None
 
 
-async def test_state_round_trips_between_turns(storage):
+async def test_state_round_trips_between_turns(storage: CountingStorage) -> None:
     first = await turn(storage)
     first.set("user.profile.name", "Ada")
     first["app:flag"] = False
@@ -145,7 +152,7 @@ async def test_state_round_trips_between_turns(storage):
     assert second.user.etag is not None and second.conversation.etag is None
 
 
-async def test_second_save_in_the_same_turn_uses_the_new_etags(storage):
+async def test_second_save_in_the_same_turn_uses_the_new_etags(storage: CountingStorage) -> None:
     state = await turn(storage)
     state["user:n"] = 1
     await save(storage, state)
@@ -158,7 +165,9 @@ async def test_second_save_in_the_same_turn_uses_the_new_etags(storage):
     assert len(storage.writes) == 2
 
 
-async def test_conflict_names_the_scope_and_writes_nothing_of_the_batch(storage):
+async def test_conflict_names_the_scope_and_writes_nothing_of_the_batch(
+    storage: CountingStorage,
+) -> None:
     a = await turn(storage)
     b = await turn(storage)
     a["conversation:topic"] = "a"
@@ -175,7 +184,7 @@ async def test_conflict_names_the_scope_and_writes_nothing_of_the_batch(storage)
     assert await storage.stored(CONVERSATION) == {"topic": "a"}
 
 
-async def test_create_conflict_when_both_turns_create(storage):
+async def test_create_conflict_when_both_turns_create(storage: CountingStorage) -> None:
     a, b = await turn(storage), await turn(storage)
     a["topic"], b["topic"] = "a", "b"
     await save(storage, a)
@@ -184,7 +193,7 @@ async def test_create_conflict_when_both_turns_create(storage):
     assert info.value.scopes == ["session"]
 
 
-async def test_non_json_values_fail_before_any_write(storage):
+async def test_non_json_values_fail_before_any_write(storage: CountingStorage) -> None:
     state = await turn(storage)
     state["user:ok"] = 1
     state.conversation.data["bad"] = {1, 2}  # slipped in past the set-time check
@@ -193,7 +202,7 @@ async def test_non_json_values_fail_before_any_write(storage):
     assert storage.writes == []
 
 
-def test_prefix_access():
+def test_prefix_access() -> None:
     state = TurnState(IDS)
     state["user:name"] = "Ada"
     state["app:flag"] = True
@@ -216,11 +225,11 @@ def test_prefix_access():
         state["usr:name"]
 
 
-def test_dotted_paths():
+def test_dotted_paths() -> None:
     state = TurnState(IDS)
     state.set("user.profile.name", "Ada")
     state.set("conversation.count", 0)
-    state.set("user:profile.langs", ["en"])
+    state.set("user.profile.langs", ["en"])
     state.set("topic", "weather")
     assert state.user.data == {"profile": {"name": "Ada", "langs": ["en"]}}
     assert state.get("conversation.count", 5) == 0
@@ -246,32 +255,103 @@ def test_dotted_paths():
         lambda s: s.get("user.list.first"),
         lambda s: s.set("user.list.9", 1),
         lambda s: s.set("user.none.x", 1),
-        lambda s: s.get("user"),
+        lambda s: s.get("user."),
         lambda s: s.get("user..name"),
         lambda s: s.get(""),
     ],
 )
-def test_bad_paths_give_a_clear_error(call):
+def test_bad_paths_give_a_clear_error(call: Callable[[TurnState], object]) -> None:
     state = TurnState(IDS)
     state.user.data.update(name="Ada", list=[1], none=None)
     with pytest.raises(StatePathError):
         call(state)
 
 
-def test_path_error_names_where_it_failed():
+def test_a_prefixed_key_is_one_member_named_as_is_in_every_form() -> None:
+    """ADK style: `state["user:last.login"]` was found by `[]` and `in` but not by `get`
+    (None) or `delete` (a no-op), which read the dot as a path step."""
+    state = TurnState(IDS)
+    state["user:last.login"] = "monday"
+    assert state.get("user:last.login") == "monday" == state["user:last.login"]
+    assert "user:last.login" in state and state.has("user:last.login")
+    assert state.get("user.last.login") is None, "the path form: member `last`, then `login`"
+    assert state.user.data == {"last.login": "monday"}
+    state.delete("user:last.login")
+    assert "user:last.login" not in state and state.user.data == {}
+    state.set("user:last.login", "tuesday")
+    del state["user:last.login"]
+    assert state.user.data == {}
+
+
+@pytest.mark.parametrize(
+    "key", ["version.2", "topic", "user", "a.b:c", "session:user.x", "app:a:b", "session:", "temp:"]
+)
+def test_every_key_names_the_same_member_in_every_form(key: str) -> None:
+    state = TurnState(IDS)
+    state[key] = 1
+    assert state.get(key) == 1 == state[key] and key in state and state.has(key)
+    assert state.setdefault(key, 2) == 1
+    assert dict(state) == {key: 1}
+    state.delete(key)
+    assert key not in state and state.get(key, "gone") == "gone" and dict(state) == {}
+    assert state.setdefault(key, 3) == 3 and state[key] == 3
+    del state[key]
+    assert not state.has(key)
+
+
+def test_setdefault_update_to_dict_and_dict_of_a_turn_state() -> None:
+    state = TurnState(IDS)
+    assert state.setdefault("user:visits", 0) == 0
+    state["user:visits"] += 1
+    assert state.setdefault("user:visits", 10) == 1
+    state.update({"user:last.login": "monday", "topic": "billing"}, mood="ok")
+    state.update([("app:flag", True), ("temp:x", [1])])
+    state["session:user.x"] = 2  # its plain form would be a path into the user scope
+    state["session:a:b"] = 3
+    expected = {
+        "user:visits": 1,
+        "user:last.login": "monday",
+        "topic": "billing",
+        "mood": "ok",
+        "session:user.x": 2,
+        "session:a:b": 3,
+        "app:flag": True,
+        "temp:x": [1],
+    }
+    assert state.to_dict() == expected and dict(state) == expected
+    assert sorted(state) == sorted(expected) == sorted(state.keys())
+    assert all(state[key] == value for key, value in expected.items())
+    with pytest.raises(StatePathError):
+        state.update({"user:ok": 1, "user.bad": 2})  # a path is no key: nothing is set
+    assert "user:ok" not in state
+    assert dict(TurnState(TurnIds(channel_id="c", user_id="u"))) == {}, "scopes lacking ids"
+
+
+async def test_prefixed_keys_with_dots_round_trip_through_storage(
+    storage: CountingStorage,
+) -> None:
+    state = await turn(storage)
+    state.update({"user:last.login": "monday", "app:a.b": 1})
+    await save(storage, state)
+    again = await turn(storage)
+    assert again.get("user:last.login") == "monday" and again.get("app:a.b") == 1
+    assert again.to_dict() == {"user:last.login": "monday", "app:a.b": 1}
+
+
+def test_path_error_names_where_it_failed() -> None:
     state = TurnState(IDS)
     state["user:name"] = "Ada"
     with pytest.raises(StatePathError, match=r"'user'|'name'.*str"):
         state.set("user.name.first", "x")
 
 
-def test_set_refuses_non_json():
+def test_set_refuses_non_json() -> None:
     state = TurnState(IDS)
     with pytest.raises(StateValueError):
         state.set("user.when", object())
 
 
-async def test_missing_ids_skip_scopes_but_the_turn_runs(storage):
+async def test_missing_ids_skip_scopes_but_the_turn_runs(storage: CountingStorage) -> None:
     ids = TurnIds(channel_id="msteams", user_id="29:ada")  # no conversation, no app
     state = await turn(storage, ids)
     assert storage.reads == [[USER]]
@@ -292,21 +372,21 @@ async def test_missing_ids_skip_scopes_but_the_turn_runs(storage):
     assert storage.writes == [[USER]]
 
 
-async def test_a_turn_with_no_ids_reads_nothing(storage):
+async def test_a_turn_with_no_ids_reads_nothing(storage: CountingStorage) -> None:
     state = await turn(storage, TurnIds())
     state["temp:x"] = 1
     await save(storage, state)
     assert storage.reads == [] and storage.writes == []
 
 
-def test_one_bucket_per_turn_and_key():
+def test_one_bucket_per_turn_and_key() -> None:
     a, b = TurnState(IDS), TurnState(IDS)
     assert a.user is a.user is a.scope("user") and a.user is not b.user
     a["user:x"] = 1
     assert "user:x" not in b and "x" not in UserState()
 
 
-async def test_custom_scope_round_trip(storage):
+async def test_custom_scope_round_trip(storage: CountingStorage) -> None:
     state = await turn(storage, custom=[TeamState])
     assert storage.reads[0][-1] == "msteams/teams/bot"
     assert state.team is state.scope("team")
@@ -319,14 +399,14 @@ async def test_custom_scope_round_trip(storage):
     assert "team" in again.scope_names
 
 
-async def test_custom_scope_missing_ids_are_skipped(storage):
+async def test_custom_scope_missing_ids_are_skipped(storage: CountingStorage) -> None:
     state = await turn(storage, TurnIds(channel_id="c", user_id="u"), custom=[TeamState])
     assert storage.reads == [["c/users/u"]]
     with pytest.raises(MissingIdError, match="app_name"):
         _ = state.team
 
 
-def test_builtin_scope_can_be_replaced_by_a_subclass():
+def test_builtin_scope_can_be_replaced_by_a_subclass() -> None:
     class Users(UserState):
         pass
 
@@ -334,8 +414,10 @@ def test_builtin_scope_can_be_replaced_by_a_subclass():
     assert type(state.user) is Users
 
 
-def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
-    def key_for(cls, ids):
+def _scope(
+    name: str, *, base: type[AgentState] = AgentState, persisted: bool = True, key: str = "k/{name}"
+) -> type[AgentState]:
+    def key_for(cls: type[AgentState], ids: TurnIds) -> str:
         return key.format(name=name)
 
     namespace = {"scope": name, "persisted": persisted, "key_for": classmethod(key_for)}
@@ -356,12 +438,12 @@ def _scope(name, *, base=AgentState, persisted=True, key="k/{name}"):
         lambda: [dict],
     ],
 )
-def test_clashing_or_broken_custom_scopes_are_refused(customs):
+def test_clashing_or_broken_custom_scopes_are_refused(customs: Callable[[], list[type]]) -> None:
     with pytest.raises(ScopeError):
         TurnState(IDS, customs())
 
 
-def test_unknown_scope_and_attribute():
+def test_unknown_scope_and_attribute() -> None:
     state = TurnState(IDS)
     with pytest.raises(ScopeError, match="known"):
         state.scope("nope")
@@ -370,19 +452,19 @@ def test_unknown_scope_and_attribute():
     assert isinstance(state.temp, TempState)
 
 
-def _item(value):
+def _item(value: dict[str, Any]) -> StoreItem:
     return StoreItem(value, None)
 
 
-def test_an_application_checks_its_custom_scopes_when_built():
-    from agent_state._app import AgentApplication
+def test_an_application_checks_its_custom_scopes_when_built() -> None:
+    from agent_state import AgentApplication
     from agent_state.backends import MemoryStorage
 
     with pytest.raises(ScopeError):
         AgentApplication(MemoryStorage(), custom_scopes=[dict])  # type: ignore[list-item]
 
 
-def test_scopes_compute_the_keys_of_the_same_ids_once():
+def test_scopes_compute_the_keys_of_the_same_ids_once() -> None:
     calls = []
 
     class Counted(AgentState):
@@ -391,6 +473,7 @@ def test_scopes_compute_the_keys_of_the_same_ids_once():
         @classmethod
         def key_for(cls, ids: TurnIds) -> str:
             calls.append(ids)
+            assert ids.channel_id is not None
             return f"{escape_segment(ids.channel_id)}/counted"
 
     scopes = Scopes([Counted])
@@ -410,7 +493,7 @@ class NamespacedTeamState(TeamState):
         return key if ids.namespace is None else f"{escape_segment(ids.namespace)}/{key}"
 
 
-async def test_a_custom_key_outside_the_namespace_is_refused(storage):
+async def test_a_custom_key_outside_the_namespace_is_refused(storage: CountingStorage) -> None:
     """A namespace isolates bots sharing a store, so a custom key must not escape it."""
     ids = dataclasses.replace(IDS, namespace="bot1")
     with pytest.raises(ScopeError, match="outside the namespace 'bot1'"):
@@ -427,7 +510,9 @@ async def test_a_custom_key_outside_the_namespace_is_refused(storage):
 # --- concurrent turns: merge different members, refuse the same path -------------------------
 
 
-async def test_changes_to_different_members_merge_into_the_newer_version(storage):
+async def test_changes_to_different_members_merge_into_the_newer_version(
+    storage: CountingStorage,
+) -> None:
     await storage.write({CONVERSATION: _item({"topic": "old", "messages": 1, "poll": {}})})
     a, b = await turn(storage), await turn(storage)
     a["conversation:messages"] = a["conversation:messages"] + 1
@@ -450,7 +535,9 @@ async def test_changes_to_different_members_merge_into_the_newer_version(storage
     assert len(storage.writes) == 2  # merged and saved: nothing left to write
 
 
-async def test_the_same_change_by_two_turns_is_a_conflict_not_a_lost_update(storage):
+async def test_the_same_change_by_two_turns_is_a_conflict_not_a_lost_update(
+    storage: CountingStorage,
+) -> None:
     """Two turns both bump a counter from 1 to 2: merging would count one visit, not two."""
     await storage.write({USER: _item({"visits": 1})})
     a, b = await turn(storage), await turn(storage)
@@ -463,7 +550,7 @@ async def test_the_same_change_by_two_turns_is_a_conflict_not_a_lost_update(stor
     assert await storage.stored(USER) == {"visits": 2}
 
 
-async def test_a_conflict_names_the_paths_and_writes_nothing(storage):
+async def test_a_conflict_names_the_paths_and_writes_nothing(storage: CountingStorage) -> None:
     await storage.write({CONVERSATION: _item({"items": [1]})})
     a, b = await turn(storage), await turn(storage)
     a.get("conversation.items").append("a")
@@ -477,7 +564,7 @@ async def test_a_conflict_names_the_paths_and_writes_nothing(storage):
     assert await storage.stored(CONVERSATION) == {"items": [1, "a"]}
 
 
-async def test_a_bucket_deleted_meanwhile_is_not_brought_back(storage):
+async def test_a_bucket_deleted_meanwhile_is_not_brought_back(storage: CountingStorage) -> None:
     await storage.write({USER: _item({"name": "Ada", "plan": "pro"})})
     state = await turn(storage)
     state["user:last_seen"] = "today"
@@ -487,7 +574,7 @@ async def test_a_bucket_deleted_meanwhile_is_not_brought_back(storage):
     assert info.value.scopes == ["user"] and await storage.stored(USER) is None
 
 
-async def test_buckets_created_by_two_turns_merge(storage):
+async def test_buckets_created_by_two_turns_merge(storage: CountingStorage) -> None:
     a, b = await turn(storage), await turn(storage)
     a["topic"] = "a"
     await save(storage, a)
@@ -496,11 +583,17 @@ async def test_buckets_created_by_two_turns_merge(storage):
     assert await storage.stored(SESSION) == {"topic": "a", "mood": "b"}
 
 
-async def test_merging_is_bounded_by_retries():
+async def test_merging_is_bounded_by_retries() -> None:
     class Contended(CountingStorage):
         """Another writer changes the conversation's `other` member before every write."""
 
-        async def write(self, changes, *, ttl=None, unchanged=None):
+        async def write(
+            self,
+            changes: Mapping[str, StoreItem],
+            *,
+            ttl: float | None = None,
+            unchanged: Mapping[str, str | None] | None = None,
+        ) -> dict[str, str]:
             current = (await MemoryStorage.read(self, [CONVERSATION]))[CONVERSATION]
             other = current.value.get("other", 0) + 1
             await MemoryStorage.write(

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jsonpatch
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_state._bucket import document_of
-from agent_state._errors import (
+from agent_state import (
+    Scopes,
     StateConflictError,
     StatePathError,
     StateValidationError,
     StateValueError,
+    TurnIds,
+    TurnState,
+    UserState,
 )
-from agent_state._ids import TurnIds
+from agent_state._bucket import document_of
 from agent_state._lifecycle import MERGE_RETRIES, read_turn, save_merging
-from agent_state._plan import Scopes
-from agent_state._scopes import UserState
-from agent_state._turn_state import TurnState
 from agent_state._typed import SCHEMA_FIELD
 from agent_state.backends import StoreItem
-from agent_state.jsonpatch._apply import apply_patch
+from agent_state.jsonpatch import apply_patch
+from tests.state.conftest import CountingStorage
 
 IDS = TurnIds(channel_id="msteams", user_id="29:ada", conversation_id="19:c", app_name="bot")
 KEY = "msteams/users/29:ada"
@@ -44,7 +48,7 @@ class ProfileState(UserState):
 
 
 @ProfileState.migration(from_version=1)
-def _rename_full_name(document: dict) -> dict:
+def _rename_full_name(document: dict[str, Any]) -> dict[str, Any]:
     document["name"] = document.pop("full_name", "")
     return document
 
@@ -58,11 +62,11 @@ class StrictState(UserState):
     model = StrictProfile
 
 
-def typed(document: dict | None, etag: str = "1") -> ProfileState:
+def typed(document: dict[str, Any] | None, etag: str = "1") -> ProfileState:
     return ProfileState(KEY, None if document is None else StoreItem(document, etag))
 
 
-def test_data_is_the_model_and_a_new_document_gets_defaults():
+def test_data_is_the_model_and_a_new_document_gets_defaults() -> None:
     bucket = typed(None)
     assert isinstance(bucket.data, Profile) and bucket.data == Profile()
     assert not bucket.changed and document_of(bucket).pending_write() is None
@@ -77,7 +81,7 @@ def test_data_is_the_model_and_a_new_document_gets_defaults():
         lambda p: setattr(p, "address", Address(city="Oslo", zip=1)),
     ],
 )
-def test_in_place_model_edits_are_saved_as_a_patch(edit):
+def test_in_place_model_edits_are_saved_as_a_patch(edit: Callable[[Profile], object]) -> None:
     start = {SCHEMA_FIELD: 2, "name": "Ada", "visits": 1, "tags": [], "address": {"city": ""}}
     bucket = typed(dict(start))
     base = bucket.document()
@@ -93,7 +97,7 @@ def test_in_place_model_edits_are_saved_as_a_patch(edit):
     )
 
 
-def test_dict_interface_reads_and_sets_fields():
+def test_dict_interface_reads_and_sets_fields() -> None:
     bucket = typed({"name": "Ada", SCHEMA_FIELD: 2})
     assert bucket["name"] == "Ada" and bucket.get("visits") == 0 and "tags" in bucket
     assert "nope" not in bucket and bucket.get("nope", "d") == "d"
@@ -106,7 +110,7 @@ def test_dict_interface_reads_and_sets_fields():
     assert bucket.data == Profile()
 
 
-def test_old_documents_are_migrated_on_load_and_upgraded_when_saved():
+def test_old_documents_are_migrated_on_load_and_upgraded_when_saved() -> None:
     bucket = typed({"full_name": "Ada Lovelace", "visits": 4})  # no "_schema": version 1
     assert bucket.data.name == "Ada Lovelace" and bucket.data.visits == 4
     assert not bucket.changed  # reading an old document does not write it
@@ -115,7 +119,7 @@ def test_old_documents_are_migrated_on_load_and_upgraded_when_saved():
     assert item is not None and item.value[SCHEMA_FIELD] == 2 and "full_name" not in item.value
 
 
-def test_explicit_old_version_is_migrated():
+def test_explicit_old_version_is_migrated() -> None:
     assert typed({SCHEMA_FIELD: 1, "full_name": "Grace"}).data.name == "Grace"
 
 
@@ -130,7 +134,9 @@ def test_explicit_old_version_is_migrated():
         ({SCHEMA_FIELD: 0}, SCHEMA_FIELD),
     ],
 )
-def test_invalid_stored_documents_name_the_key_and_field(document, field):
+def test_invalid_stored_documents_name_the_key_and_field(
+    document: dict[str, Any], field: str
+) -> None:
     bucket = typed(document)
     with pytest.raises(StateValidationError) as info:
         _ = bucket.data
@@ -138,13 +144,13 @@ def test_invalid_stored_documents_name_the_key_and_field(document, field):
     assert KEY in str(info.value) and field in str(info.value)
 
 
-def test_missing_migration_is_a_validation_error():
+def test_missing_migration_is_a_validation_error() -> None:
     class V3(UserState):
         model = Profile
         schema_version = 3
 
     @V3.migration(from_version=2)
-    def _noop(document: dict) -> dict:
+    def _noop(document: dict[str, Any]) -> dict[str, Any]:
         return document
 
     with pytest.raises(StateValidationError, match="no migration from version 1") as info:
@@ -153,12 +159,12 @@ def test_missing_migration_is_a_validation_error():
     assert V3(KEY, StoreItem({SCHEMA_FIELD: 2, "name": "x"}, "1")).data.name == "x"
 
 
-def test_migrations_run_in_order_and_subclasses_inherit_them():
+def test_migrations_run_in_order_and_subclasses_inherit_them() -> None:
     class V3(ProfileState):
         schema_version = 3
 
     @V3.migration(from_version=2)
-    def _count_twice(document: dict) -> dict:
+    def _count_twice(document: dict[str, Any]) -> dict[str, Any]:
         document["visits"] = document.get("visits", 0) * 2
         return document
 
@@ -167,7 +173,7 @@ def test_migrations_run_in_order_and_subclasses_inherit_them():
     assert 2 not in ProfileState._migrations  # the parent's registry is untouched
 
 
-def test_migration_registration_is_checked():
+def test_migration_registration_is_checked() -> None:
     with pytest.raises(ValueError):
         ProfileState.migration(from_version=2)
     with pytest.raises(ValueError):
@@ -180,7 +186,7 @@ def test_migration_registration_is_checked():
             schema_version = 2  # without a model
 
 
-def test_migration_must_return_a_dict():
+def test_migration_must_return_a_dict() -> None:
     class Broken(UserState):
         model = Profile
         schema_version = 2
@@ -190,15 +196,15 @@ def test_migration_must_return_a_dict():
         _ = Broken(KEY, StoreItem({}, "1")).data
 
 
-def test_invalid_edits_fail_before_anything_is_written():
+def test_invalid_edits_fail_before_anything_is_written() -> None:
     bucket = typed(None)
-    bucket.data.visits = "lots"  # type: ignore[assignment]  # no validate_assignment
+    bucket.data.visits = "lots"  # no validate_assignment
     with pytest.raises(StateValidationError) as info:
         document_of(bucket).pending_write()
     assert info.value.field == "visits" and info.value.key == KEY
 
 
-def test_non_json_model_values_fail_before_saving():
+def test_non_json_model_values_fail_before_saving() -> None:
     class Loose(BaseModel):
         anything: object = None
 
@@ -211,14 +217,14 @@ def test_non_json_model_values_fail_before_saving():
         document_of(bucket).pending_write()
 
 
-def test_validate_assignment_errors_name_the_key_and_field():
+def test_validate_assignment_errors_name_the_key_and_field() -> None:
     bucket = StrictState(KEY)
     with pytest.raises(StateValidationError) as info:
         bucket["visits"] = "many"
     assert (info.value.key, info.value.field) == (KEY, "visits")
 
 
-def test_data_setter_takes_a_model_instance():
+def test_data_setter_takes_a_model_instance() -> None:
     bucket = typed(None)
     bucket.data = Profile(name="Ada")
     assert bucket["name"] == "Ada" and bucket.changed
@@ -226,11 +232,11 @@ def test_data_setter_takes_a_model_instance():
         bucket.data = {"name": "Ada"}
 
 
-async def save(storage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
+async def save(storage: CountingStorage, state: TurnState, *, retries: int = MERGE_RETRIES) -> None:
     await save_merging(storage, state.stored_documents(), retries=retries)
 
 
-async def test_typed_bucket_in_a_turn_round_trips(storage):
+async def test_typed_bucket_in_a_turn_round_trips(storage: CountingStorage) -> None:
     state = await read_turn(storage, IDS, Scopes([ProfileState]))
     assert isinstance(state.user, ProfileState)
     state.user.data.tags.append("vip")
@@ -247,26 +253,27 @@ async def test_typed_bucket_in_a_turn_round_trips(storage):
     assert len(storage.writes) == 1  # reading a typed bucket writes nothing
 
 
-async def test_set_path_into_a_strict_model_names_the_field(storage):
+async def test_set_path_into_a_strict_model_names_the_field(storage: CountingStorage) -> None:
     state = TurnState(IDS, [StrictState])
     with pytest.raises(StateValidationError) as info:
         state.set("user.visits", "many")
     assert info.value.field == "visits"
 
 
-def test_setting_a_field_the_model_lacks_is_a_path_error():
+def test_setting_a_field_the_model_lacks_is_a_path_error() -> None:
     state = TurnState(IDS, [ProfileState])
-    for set_it in (
+    setters: tuple[Callable[[], object], ...] = (
         lambda: state.user.__setitem__("nickname", "x"),
         lambda: state.__setitem__("user:nickname", "x"),
         lambda: state.set("user.address.country", "FR"),
-    ):
+    )
+    for set_it in setters:
         with pytest.raises(StatePathError, match="no field"):
             set_it()
     assert document_of(state.user).pending_write() is None
 
 
-def test_a_model_that_allows_extra_fields_takes_new_ones():
+def test_a_model_that_allows_extra_fields_takes_new_ones() -> None:
     class Open(BaseModel):
         model_config = ConfigDict(extra="allow")
         name: str = ""
@@ -276,13 +283,13 @@ def test_a_model_that_allows_extra_fields_takes_new_ones():
 
     bucket = OpenState(KEY)
     bucket["nickname"] = "Ada"
-    assert bucket["nickname"] == "Ada" and document_of(bucket).pending_write().value == {  # type: ignore[union-attr]
+    assert bucket["nickname"] == "Ada" and document_of(bucket).pending_write().value == {
         "name": "",
         "nickname": "Ada",
     }
 
 
-async def test_typed_turns_merge_changes_to_different_fields(storage):
+async def test_typed_turns_merge_changes_to_different_fields(storage: CountingStorage) -> None:
     await storage.write({KEY: StoreItem({SCHEMA_FIELD: 2, "name": "Ada", "visits": 1}, None)})
     a = await read_turn(storage, IDS, Scopes([ProfileState]))
     b = await read_turn(storage, IDS, Scopes([ProfileState]))
@@ -296,7 +303,7 @@ async def test_typed_turns_merge_changes_to_different_fields(storage):
     assert b.user.data.tags == ["vip"] and b.user.data.address.city == "Paris"
 
 
-async def test_a_typed_turn_that_used_its_model_does_not_merge(storage):
+async def test_a_typed_turn_that_used_its_model_does_not_merge(storage: CountingStorage) -> None:
     """`data` hands out the whole model: the turn may have read any of it."""
     await storage.write({KEY: StoreItem({SCHEMA_FIELD: 2, "name": "Ada", "visits": 1}, None)})
     a = await read_turn(storage, IDS, Scopes([ProfileState]))
@@ -306,7 +313,7 @@ async def test_a_typed_turn_that_used_its_model_does_not_merge(storage):
     b.user.data.tags.append("vip")
     with pytest.raises(StateConflictError):
         await save(storage, b)
-    assert (await storage.stored(KEY))["visits"] == 2
+    assert (await storage.stored(KEY) or {})["visits"] == 2
 
 
 class Plain(BaseModel):
@@ -327,7 +334,9 @@ class ClosedState(UserState):
     model = Closed
 
 
-async def test_members_the_model_does_not_declare_are_kept_on_save(storage):
+async def test_members_the_model_does_not_declare_are_kept_on_save(
+    storage: CountingStorage,
+) -> None:
     await storage.write({KEY: StoreItem({"name": "Ada", "visits": 8, "plan": "pro"}, None)})
     state = await read_turn(storage, IDS, Scopes([PlainState]))
     state.user.data.visits += 1
@@ -337,9 +346,46 @@ async def test_members_the_model_does_not_declare_are_kept_on_save(storage):
     assert again.user.data.visits == 9 and "plan" not in again.user  # not a field of the model
 
 
-async def test_a_model_that_forbids_extra_members_refuses_them_by_name(storage):
+async def test_a_model_that_forbids_extra_members_refuses_them_by_name(
+    storage: CountingStorage,
+) -> None:
     await storage.write({KEY: StoreItem({"name": "Ada", "plan": "pro"}, None)})
     state = await read_turn(storage, IDS, Scopes([ClosedState]))
     with pytest.raises(StateValidationError) as info:
         state.user.data  # noqa: B018
     assert info.value.field == "plan"
+
+
+async def test_a_migrated_document_is_saved_migrated_when_the_turn_writes(
+    storage: CountingStorage,
+) -> None:
+    """A turn that read an old document (migrated on load) and writes anything stores that
+    document migrated in the same batch, even though it did not change it."""
+    await storage.write({KEY: StoreItem({"full_name": "Ada", "visits": 4}, None)})
+    storage.writes.clear()
+    state = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert state.user.data.name == "Ada" and not state.user.changed
+    state["conversation:topic"] = "billing"
+    await save(storage, state)
+    assert storage.writes == [sorted([KEY, "msteams/conversations/19:c"])]
+    stored = await storage.stored(KEY)
+    assert stored is not None and stored[SCHEMA_FIELD] == 2 and stored["name"] == "Ada"
+    assert "full_name" not in stored
+
+    again = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert again.user.data.name == "Ada"
+    again["conversation:topic"] = "sales"
+    await save(storage, again)
+    assert storage.writes[-1] == ["msteams/conversations/19:c"]  # stored migrated: no rewrite
+
+
+async def test_a_turn_that_only_reads_a_migrated_document_writes_nothing(
+    storage: CountingStorage,
+) -> None:
+    await storage.write({KEY: StoreItem({"full_name": "Ada"}, None)})
+    storage.writes.clear()
+    state = await read_turn(storage, IDS, Scopes([ProfileState]))
+    assert state.user.data.name == "Ada"
+    await save(storage, state)
+    assert storage.writes == []
+    assert await storage.stored(KEY) == {"full_name": "Ada"}  # migrated again on each read

@@ -11,12 +11,13 @@ import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 
 from agent_state import write_group
-from agent_state.backends._blob import BlobStorage
-from agent_state.backends._blob_names import blob_name
+from agent_state.backends import BlobStorage
+from agent_state.backends.blob.names import blob_name
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing
 
@@ -46,7 +47,7 @@ def fresh_container() -> str:
     return f"agent-state-test-{uuid.uuid4().hex[:24]}"
 
 
-async def open_container(connection_string: str, container: str, **options: object) -> BlobStorage:
+async def open_container(connection_string: str, container: str, **options: Any) -> BlobStorage:
     """A storage on a new container, created now; skips or fails the test if unreachable."""
     storage = BlobStorage(
         container, connection_string=connection_string, write_group=write_group, **options

@@ -20,8 +20,8 @@ from azure.cosmos.aio import ContainerProxy, CosmosClient
 from azure.cosmos.exceptions import CosmosResourceNotFoundError
 
 from agent_state import write_group
-from agent_state.backends._cosmos import CosmosStorage
-from agent_state.backends._cosmos_ids import item_id, partition_value
+from agent_state.backends import CosmosStorage
+from agent_state.backends.cosmos.ids import item_id, partition_value
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing
 

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator
 
-from agent_state.backends._file import FileStorage
+from agent_state.backends import FileStorage
 from agent_state.backends.testing import Harness
 
 

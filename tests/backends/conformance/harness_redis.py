@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from redis.exceptions import RedisClusterException, RedisError
 
 from agent_state import write_group
-from agent_state.backends._redis import RedisStorage
-from agent_state.backends._redis_scripts import split_stored, stored_value
+from agent_state.backends import RedisStorage
+from agent_state.backends.redis.scripts import split_stored, stored_value
 from agent_state.backends.testing import Harness
 from tests.conftest import server_missing
 
@@ -70,8 +70,11 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
 
     async def get_raw(key: str) -> bytes | None:
         value = await storage.client.get(storage.layout.redis_key(key))
-        stored = split_stored(value) if value is not None else None
-        return stored[1] if stored else value
+        if value is None:
+            return None
+        raw = value.encode() if isinstance(value, str) else value
+        stored = split_stored(raw)
+        return stored[1] if stored else raw
 
     async def open_another() -> RedisStorage:
         others.append(
@@ -86,6 +89,8 @@ async def _redis_harness(variable: str, *, cluster: bool) -> AsyncIterator[Harne
     finally:
         for other in (storage, *others):
             await other.close()
-        cleaner = RedisStorage.from_url(os.environ[variable], cluster=cluster, namespace=namespace)
+        cleaner = RedisStorage.from_url(
+            os.environ[variable], cluster=cluster, namespace=namespace, write_group=write_group
+        )
         await remove_namespace(cleaner)
         await cleaner.close()

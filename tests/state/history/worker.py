@@ -22,9 +22,9 @@ import orjson
 
 from agent_state import AgentApplication, TurnContext, TurnState, open_storage
 from agent_state import _lifecycle as lifecycle
-from agent_state.backends import Storage, StorageUnavailableError
+from agent_state._document import Document
+from agent_state.backends import Outcomes, PreparedWrite, Storage, StorageUnavailableError
 from agent_state.backends._commit_contract import first_unit
-from agent_state.backends._items import Outcomes, PreparedWrite
 
 USERS = ["ada", "grace", "linus"]
 CONVERSATIONS = ["c1", "c2"]
@@ -132,8 +132,8 @@ def report_merges(lines: list[dict[str, Any]]) -> None:
     stdout) each time a save rebases its turn's changes onto the newer stored versions."""
     rebase = lifecycle._rebase
 
-    async def reported(storage: Storage, buckets: Any, keys: list[str]) -> None:
-        await rebase(storage, buckets, keys)
+    async def reported(storage: Storage, documents: list[Document], keys: list[str]) -> None:
+        await rebase(storage, documents, keys)
         lines.append(report({"merged": keys}))
 
     lifecycle._rebase = reported

@@ -12,7 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
@@ -20,12 +20,14 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from ._base import Storage, WriteGroup, unavailable
-from ._envelope import unwrap, wrap
-from ._errors import FormatError, StorageConfigError, StorageUnavailableError
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
-from ._redis_layout import KeyLayout
-from ._redis_scripts import DELETE, READ, WRITE, LuaScript, split_stored
+from .._base import Storage, WriteGroup, missing_write_group
+from .._envelope import unwrap, wrap
+from .._error_map import ErrorMap, Meaning, Rule, unavailable
+from .._errors import FormatError, StorageConfigError, StorageUnavailableError
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._options import UrlOptions, count, seconds
+from .layout import KeyLayout
+from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds to connect or to wait for a reply before a call fails with StorageUnavailableError."""
@@ -37,10 +39,14 @@ _OURS = ("namespace", "cluster", "timeout", "pool_size", "pool_timeout")
 _REDIS_PY = ("protocol", "client_name", "health_check_interval")
 _TLS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 _CHOICES = {"protocol": ("2", "3"), "ssl_cert_reqs": ("none", "optional", "required")}
+_PLAIN_REFUSED = {name: "needs a rediss:// (TLS) URL" for name in _TLS}
 _DATABASE = re.compile(r"/?([0-9]*)", re.ASCII)
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _SCAN_COUNT = 1000
-_UNAVAILABLE = (RedisError, RedisClusterException, OSError, asyncio.TimeoutError)
+_ERRORS = ErrorMap(
+    [Rule((RedisError, RedisClusterException, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE)],
+    describe=str,
+)
+"""What redis-py's and the socket's errors mean: every one, that Redis is unavailable."""
 
 RedisClient = Redis | RedisCluster
 
@@ -62,6 +68,8 @@ class RedisStorage(Storage):
     max_ttl_seconds = 9e15
     """Redis keeps an expiry as a signed 64-bit Unix time in ms: about 285 million years."""
 
+    needs_write_group = True
+
     def __init__(
         self,
         client: RedisClient,
@@ -81,7 +89,7 @@ class RedisStorage(Storage):
         self.atomic_groups = True
         self.layout = KeyLayout(self.group_of, namespace)
         self._owns_client = owns_client
-        self._pool_timeout = _seconds("pool_timeout", pool_timeout)
+        self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
         if isinstance(client, RedisCluster):  # one connection per node and call at most
             per_node = client.nodes_manager.connection_kwargs.get("max_connections")
@@ -110,22 +118,39 @@ class RedisStorage(Storage):
         `connection_class`, `ssl_ca_data`); a name redis-py does not take is refused here too.
         Nothing connects until the first call.
         """
+        if write_group is None:  # before a client exists
+            raise missing_write_group(cls.__name__)
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise StorageConfigError(f"not a redis:// or rediss:// URL: {url!r}")
-        query = _query(parts.query, tls=parts.scheme == "rediss")
-        ours = {name: query.pop(name) for name in _OURS if name in query}
-        cluster = cluster if cluster is not None else _flag(ours.get("cluster", "false"))
+        tls = parts.scheme == "rediss"
+        query = UrlOptions(
+            parts.scheme,
+            parts.query,
+            _OURS + _REDIS_PY + (_TLS if tls else ()),
+            refused=None if tls else _PLAIN_REFUSED,
+        )
+        cluster = cluster if cluster is not None else bool(query.flag("cluster"))
         database = _database(parts.path, cluster)
-        seconds = _seconds("timeout", timeout if timeout is not None else ours.get("timeout"))
-        size = _count("pool_size", pool_size if pool_size is not None else ours.get("pool_size"))
-        waited = pool_timeout if pool_timeout is not None else ours.get("pool_timeout")
-        wait = _seconds("pool_timeout", waited if waited is not None else seconds)
+        reply_wait = (
+            seconds("timeout", timeout) if timeout is not None else query.seconds("timeout")
+        ) or DEFAULT_TIMEOUT
+        size = count("pool_size", pool_size) if pool_size is not None else query.count("pool_size")
+        wait = (
+            seconds("pool_timeout", pool_timeout)
+            if pool_timeout is not None
+            else query.seconds("pool_timeout")
+        ) or reply_wait
+        passed_on = {
+            name: value
+            for name in _REDIS_PY + (_TLS if tls else ())
+            if (value := query.text(name, _CHOICES.get(name))) is not None
+        }
         options: dict[str, Any] = {
-            "socket_timeout": seconds,
-            "socket_connect_timeout": seconds,
+            "socket_timeout": reply_wait,
+            "socket_connect_timeout": reply_wait,
             "retry": Retry(NoBackoff(), 0),  # a resent script could apply a write twice
-            "max_connections": size,
+            "max_connections": size or DEFAULT_POOL_SIZE,
         }
         taken = sorted(set(client_options or ()) & {*options, "timeout", "db"})
         if taken:
@@ -134,7 +159,7 @@ class RedisStorage(Storage):
                 "pool_size and pool_timeout; give them there"
             )
         options.update(client_options or {})
-        client_url = urlunsplit(parts._replace(path=f"/{database}", query=urlencode(query)))
+        client_url = urlunsplit(parts._replace(path=f"/{database}", query=urlencode(passed_on)))
         client: RedisClient
         try:
             if cluster:
@@ -147,7 +172,7 @@ class RedisStorage(Storage):
             raise StorageConfigError(f"cannot configure Redis from {url!r}: {exc}") from exc
         return cls(
             client,
-            namespace=namespace if namespace is not None else ours.get("namespace"),
+            namespace=namespace if namespace is not None else query.text("namespace"),
             max_document_bytes=max_document_bytes,
             write_group=write_group,
             owns_client=True,
@@ -316,15 +341,17 @@ _FREE = contextlib.nullcontext()
 """The context of a call on a standalone server: nothing to hold."""
 
 
-def _unavailable(action: str) -> contextlib.AbstractContextManager[None]:
-    """Turn redis-py and socket failures into `StorageUnavailableError` (cause chained)."""
-    return unavailable(f"Redis {action} failed", _UNAVAILABLE)
+def _unavailable(action: str) -> unavailable:
+    """The context of a Redis call: redis-py's and the socket's errors mapped by `_ERRORS`."""
+    return unavailable(f"Redis {action} failed", _ERRORS)
 
 
 def _raise_first_error(replies: list[Any], action: str) -> None:
+    """Raise the first error reply of a pipeline, mapped like a raised one."""
     for reply in replies:
         if isinstance(reply, Exception):
-            raise StorageUnavailableError(f"Redis {action} failed: {reply}") from reply
+            with _unavailable(action):
+                raise reply
 
 
 def _redis_keys(group: list[tuple[str, str]]) -> list[str]:
@@ -340,26 +367,6 @@ def _wrong_type(key: str, reply: list[Any]) -> FormatError:
     return FormatError(key, f"holds a Redis {kind}, not a string written by agent-state")
 
 
-def _query(text: str, *, tls: bool) -> dict[str, str]:
-    """The URL's query options, each named once and known; TLS options only on rediss://."""
-    known = _OURS + _REDIS_PY + (_TLS if tls else ())
-    options: dict[str, str] = {}
-    for name, value in parse_qsl(text, keep_blank_values=True):
-        if name in _TLS and not tls:
-            raise StorageConfigError(f"Redis option {name!r} needs a rediss:// (TLS) URL")
-        if name not in known:
-            raise StorageConfigError(
-                f"unknown Redis URL option {name!r}; known: {', '.join(sorted(known))}"
-            )
-        if name in options:
-            raise StorageConfigError(f"Redis URL option {name!r} is given twice")
-        if name in _CHOICES and value.lower() not in _CHOICES[name]:
-            choices = " or ".join(_CHOICES[name])
-            raise StorageConfigError(f"Redis option {name} must be {choices}, got {value!r}")
-        options[name] = value
-    return options
-
-
 def _database(path: str, cluster: bool) -> int:
     """The database number in the URL's path (0 if none); a cluster has only database 0."""
     match = _DATABASE.fullmatch(path)
@@ -369,35 +376,3 @@ def _database(path: str, cluster: bool) -> int:
     if cluster and database != 0:
         raise StorageConfigError(f"a Redis cluster has only database 0, got {database}")
     return database
-
-
-def _flag(value: str) -> bool:
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise StorageConfigError(f"cluster must be true or false, got {value!r}")
-
-
-def _seconds(name: str, value: str | float | None) -> float:
-    if value is None:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise StorageConfigError(f"{name} must be a positive number of seconds, got {value!r}")
-    return seconds
-
-
-def _count(name: str, value: str | int | None) -> int:
-    if value is None:
-        return DEFAULT_POOL_SIZE
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = 0
-    if count < 1 or isinstance(value, (bool, float)):
-        raise StorageConfigError(f"{name} must be a positive whole number, got {value!r}")
-    return count

@@ -3,20 +3,19 @@
 A batch read is concurrent GETs and a write batch concurrent conditional PUTs (If-Match for
 a version, If-None-Match: * for a create), so either takes one round trip of wall time.
 Blob has no multi-blob transaction: each key is atomic on its own. Names come from
-`_blob_names`; configuration, TTL and limits are in docs/azure-blob.md.
+`names`; configuration, TTL and limits are in docs/azure-blob.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
@@ -30,11 +29,13 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobProperties, ContentSettings, StorageErrorCode
 from azure.storage.blob.aio import BlobClient, BlobServiceClient, LinearRetry
 
-from ._base import Storage, WriteGroup, expired, gather_all
-from ._blob_names import blob_name, is_hashed, key_for_name, list_prefix
-from ._envelope import parse_head, unwrap, wrap
-from ._errors import StorageConfigError, StorageError, StorageUnavailableError
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .._base import Storage, WriteGroup, expired, gather_all
+from .._envelope import parse_head, unwrap, wrap
+from .._error_map import ErrorMap, Meaning, Rule, first_line, unavailable
+from .._errors import StorageConfigError
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .._options import UrlOptions, count, seconds
+from .names import blob_name, is_hashed, key_for_name, list_prefix
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 """Where `from_url` finds the connection string by default (the Azure SDKs' convention)."""
@@ -58,12 +59,56 @@ _URL_OPTIONS = (
     "max_concurrency",
     "timeout",
 )
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _CONTAINER = re.compile(r"(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
 _JSON = ContentSettings(content_type="application/json")
+_REFUSED_CREDENTIALS = (
+    "the service refused the credentials; check the connection string's account key, the SAS"
+    " token, or the identity's role on the container"
+)
 _CREATE_ATTEMPTS = 3  # a create meets an expired blob, or one deleted meanwhile, this often
 _NO_RETRY: dict[str, Any] = {"retry_total": 0}  # a resent conditional request could misreport
-_UNAVAILABLE = (AzureError, OSError, asyncio.TimeoutError)
+
+
+def _code(exc: HttpResponseError) -> object:
+    """The storage error code the SDK attaches to its HTTP errors (None if the body had none)."""
+    return getattr(exc, "error_code", None)
+
+
+def _describe(exc: BaseException) -> str:
+    """An SDK error as quoted in ours: its storage error code (or HTTP status), first line."""
+    if not isinstance(exc, HttpResponseError):
+        return first_line(exc)
+    code = getattr(_code(exc), "value", _code(exc)) or exc.status_code
+    return f"{code}: {first_line(exc)}"
+
+
+def _has_code(code: object) -> Callable[[HttpResponseError], bool]:
+    return lambda exc: _code(exc) == code
+
+
+_ERRORS = ErrorMap(
+    [
+        Rule(ClientAuthenticationError, Meaning.REFUSED, says=_REFUSED_CREDENTIALS),
+        Rule(
+            HttpResponseError,
+            Meaning.REFUSED,
+            lambda exc: exc.status_code in (401, 403),
+            _REFUSED_CREDENTIALS,
+        ),
+        Rule(
+            HttpResponseError,
+            Meaning.REFUSED,
+            _has_code(StorageErrorCode.container_not_found),
+            "the container does not exist (create_container=False)",
+        ),
+        Rule(HttpResponseError, Meaning.MODIFIED, _has_code(StorageErrorCode.condition_not_met)),
+        Rule(HttpResponseError, Meaning.MISSING, _has_code(StorageErrorCode.blob_not_found)),
+        Rule(HttpResponseError, Meaning.EXISTS, _has_code(StorageErrorCode.blob_already_exists)),
+        Rule((AzureError, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE),
+    ],
+    describe=_describe,
+)
+"""What azure-storage-blob's, aiohttp's and the socket's errors mean."""
 
 
 class BlobStorage(Storage):
@@ -105,14 +150,10 @@ class BlobStorage(Storage):
             raise StorageConfigError(
                 "credential goes with account_url (a connection string has one)"
             )
-        if type(max_concurrency) is not int or max_concurrency < 1:
-            raise StorageConfigError(
-                f"max_concurrency must be an int >= 1, got {max_concurrency!r}"
-            )
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = count("max_concurrency", max_concurrency)
         options: dict[str, Any] = {
-            "connection_timeout": _seconds(timeout),
-            "read_timeout": _seconds(timeout),
+            "connection_timeout": seconds("timeout", timeout),
+            "read_timeout": seconds("timeout", timeout),
             "retry_policy": LinearRetry(backoff=1, retry_total=1, random_jitter_range=1),
             **(client_options or {}),
         }
@@ -142,26 +183,22 @@ class BlobStorage(Storage):
             raise StorageConfigError(
                 f"blob storage URL must be azure-blob://CONTAINER, got {url!r}"
             )
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(set(query) - set(_URL_OPTIONS))
-        if unknown:
-            raise StorageConfigError(
-                f"unknown azure-blob:// option(s) {', '.join(unknown)}"
-                f"; known: {', '.join(_URL_OPTIONS)}"
-            )
-        settings: dict[str, Any] = {}
-        if "create_container" in query:
-            settings["create_container"] = _flag("create_container", query["create_container"])
-        if "max_concurrency" in query:
-            settings["max_concurrency"] = _count("max_concurrency", query["max_concurrency"])
-        if "timeout" in query:
-            settings["timeout"] = _number("timeout", query["timeout"])
+        query = UrlOptions("azure-blob", parts.query, _URL_OPTIONS)
+        read = {
+            "create_container": query.flag("create_container"),
+            "max_concurrency": query.count("max_concurrency"),
+            "timeout": query.seconds("timeout"),
+        }
+        settings: dict[str, Any] = {
+            name: value for name, value in read.items() if value is not None
+        }
         if not {"connection_string", "account_url"} & set(options):
-            if "account_url" in query:
-                settings["account_url"] = query["account_url"]
+            account_url = query.text("account_url")
+            if account_url is not None:
+                settings["account_url"] = account_url
             else:
                 settings["connection_string"] = _connection_string(
-                    query.get("connection_string_env", CONNECTION_STRING_ENV)
+                    query.text("connection_string_env") or CONNECTION_STRING_ENV
                 )
         return cls(unquote(parts.netloc), **{**settings, **options})
 
@@ -219,7 +256,7 @@ class BlobStorage(Storage):
                     download = await blob.download_blob()
                     raw = await download.readall()
                 except ResourceNotFoundError as exc:
-                    if _code(exc) != StorageErrorCode.blob_not_found:
+                    if _ERRORS.meaning(exc) is not Meaning.MISSING:
                         raise
                     return None
                 envelope = unwrap(key, raw)
@@ -288,7 +325,7 @@ class BlobStorage(Storage):
         try:
             raw = await (await self.container.download_blob(name)).readall()
         except ResourceNotFoundError as exc:
-            if _code(exc) != StorageErrorCode.blob_not_found:
+            if _ERRORS.meaning(exc) is not Meaning.MISSING:
                 raise
             return None  # deleted since it was listed
         head = parse_head(raw)
@@ -304,18 +341,11 @@ class BlobStorage(Storage):
             del self._blobs[next(iter(self._blobs))]
         return blob
 
-    @contextlib.contextmanager
-    def _mapped(self, action: str) -> Iterator[None]:
-        """Map SDK and network failures to the project's errors (cause chained)."""
-        where = f"Azure Blob {action} in container {self.container.container_name!r}"
-        try:
-            yield
-        except StorageError:
-            raise
-        except HttpResponseError as exc:
-            raise _http_failure(where, exc) from exc
-        except _UNAVAILABLE as exc:
-            raise StorageUnavailableError(f"{where} failed: {_first_line(exc)}") from exc
+    def _mapped(self, action: str) -> unavailable:
+        """The context of a call: SDK and network failures mapped by `_ERRORS`."""
+        return unavailable(
+            f"Azure Blob {action} in container {self.container.container_name!r} failed", _ERRORS
+        )
 
 
 async def _upload(blob: BlobClient, body: bytes, metadata: dict[str, str], **kwargs: Any) -> str:
@@ -351,12 +381,12 @@ async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> st
         try:
             return await _upload(blob, body, metadata, overwrite=False)
         except ResourceExistsError as exc:
-            if _code(exc) != StorageErrorCode.blob_already_exists:
+            if _ERRORS.meaning(exc) is not Meaning.EXISTS:
                 raise
         try:
             current = await blob.get_blob_properties()
         except ResourceNotFoundError as exc:
-            if _code(exc) != StorageErrorCode.blob_not_found:
+            if _ERRORS.meaning(exc) is not Meaning.MISSING:
                 raise
             continue  # deleted meanwhile: create again
         if not expired(_expiry(current)):
@@ -369,24 +399,7 @@ async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> st
 
 def _lost_race(exc: HttpResponseError) -> bool:
     """A 412 on an ETag condition or a 404 of the blob: the precondition does not hold."""
-    return _code(exc) in (StorageErrorCode.condition_not_met, StorageErrorCode.blob_not_found)
-
-
-def _code(exc: HttpResponseError) -> object:
-    """The storage error code the SDK attaches to its HTTP errors (None if the body had none)."""
-    return getattr(exc, "error_code", None)
-
-
-def _http_failure(where: str, exc: HttpResponseError) -> StorageError:
-    code = getattr(_code(exc), "value", _code(exc)) or exc.status_code
-    if isinstance(exc, ClientAuthenticationError) or exc.status_code in (401, 403):
-        return StorageConfigError(
-            f"{where}: the service refused the credentials ({code}); check the connection "
-            "string's account key, the SAS token, or the identity's role on the container"
-        )
-    if _code(exc) == StorageErrorCode.container_not_found:
-        return StorageConfigError(f"{where}: the container does not exist (create_container=False)")
-    return StorageUnavailableError(f"{where} failed ({code}): {_first_line(exc)}")
+    return _ERRORS.meaning(exc) in (Meaning.MODIFIED, Meaning.MISSING)
 
 
 def _expiry(blob: BlobProperties) -> float | None:
@@ -402,11 +415,6 @@ def _expiry_after(ttl: float | None) -> float | None:
     return time.time() + ttl if ttl is not None else None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _connection_string(variable: str) -> str:
     value = os.environ.get(variable)
     if not value:
@@ -415,33 +423,3 @@ def _connection_string(variable: str) -> str:
             "(or pass connection_string=, or account_url= with credential=)"
         )
     return value
-
-
-def _flag(name: str, value: str) -> bool:
-    if value.lower() in _TRUE:
-        return True
-    if value.lower() in _FALSE:
-        return False
-    raise StorageConfigError(f"{name} must be true or false, got {value!r}")
-
-
-def _count(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise StorageConfigError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _number(name: str, value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise StorageConfigError(f"{name} must be a number of seconds, got {value!r}") from None
-
-
-def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StorageConfigError(f"timeout must be a number of seconds, got {value!r}")
-    if not 0 < value < math.inf:
-        raise StorageConfigError(f"timeout must be a positive number of seconds, got {value!r}")
-    return float(value)

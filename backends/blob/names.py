@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import string
 
-from ._name_code import HEX, NameCode
+from .._name_code import HEX, NameCode
 
 MAX_NAME_CHARS = 1024
 MAX_SEGMENTS = 254

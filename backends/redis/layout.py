@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from ._errors import StorageConfigError
-from ._keys import KEYS_REMEMBERED, check_key
+from .._errors import StorageConfigError
+from .._keys import KEYS_REMEMBERED, check_key
 
 _ESCAPE = str.maketrans({"\\": "\\\\", "{": "\\(", "}": "\\)"})
 _UNESCAPE = {"\\": "\\", "(": "{", ")": "}"}

@@ -38,14 +38,15 @@ from urllib.parse import unquote
 
 import aiofiles.os
 
-from . import _fileio as fileio
-from ._base import Storage, WriteGroup, expired, unavailable
-from ._envelope import Head, unwrap, wrap
-from ._errors import FormatError, StorageConfigError
-from ._filelock import StripedFileLocks
-from ._filenames import is_hashed, key_for_name, name_for_key
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
-from ._keys import KEYS_REMEMBERED, check_key
+from .._base import Storage, WriteGroup, expired
+from .._envelope import Head, unwrap, wrap
+from .._error_map import unavailable
+from .._errors import FormatError, StorageConfigError
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from .._keys import KEYS_REMEMBERED, check_key
+from . import fileio
+from .filelock import StripedFileLocks
+from .filenames import is_hashed, key_for_name, name_for_key
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ._errors import StorageConfigError, StorageUnavailableError
+from .._errors import StorageConfigError, StorageUnavailableError
 
 try:
     import fcntl

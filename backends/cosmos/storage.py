@@ -3,7 +3,7 @@ one transactional batch per partition, and one prefix query for `list`.
 
 An item is the envelope's fields plus `id` and `pk`: `{"id", "pk", "v", "key", "meta",
 "data", "ttl"?}`; its version is the item's `_etag`. Ids and partition key values come from
-`_cosmos_ids`. Configuration, limits and guarantees: docs/cosmos.md.
+`ids`. Configuration, limits and guarantees: docs/cosmos.md.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import contextlib
 import math
 import os
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import orjson
@@ -31,16 +31,18 @@ from azure.cosmos.exceptions import (
     CosmosResourceExistsError,
 )
 
-from ._base import Storage, WriteGroup, gather_all, unavailable
-from ._cosmos_ids import item_id, partition_value
-from ._envelope import unwrap, wrap
-from ._errors import (
+from .._base import Storage, WriteGroup, gather_all
+from .._envelope import envelope_fields, envelope_size, unwrap
+from .._error_map import ErrorMap, Meaning, Rule, unavailable
+from .._errors import (
     InvalidValueError,
     StateTooLargeError,
     StorageConfigError,
     StorageUnavailableError,
 )
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._options import UrlOptions, count, seconds
+from .ids import item_id, partition_value
 
 MAX_ITEM_BYTES: Final = 2 * 1024 * 1024
 """The service's limit on an item's JSON (UTF-8), and on a transactional batch request."""
@@ -61,9 +63,40 @@ DEFAULT_TIMEOUT: Final = 10.0
 
 _ENVELOPE_FIELDS = ("v", "key", "meta", "data")  # in `wrap`'s order, so data can be sliced out
 _URL_OPTIONS = ("endpoint", "key", "create", "timeout")
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-_NETWORK = (AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _OWNER_MISSING = 1003  # sub-status of a 404 whose database or container is gone
+
+
+def _status(*codes: int) -> Callable[[CosmosHttpResponseError], bool]:
+    return lambda exc: exc.status_code in codes
+
+
+def _missing_item(exc: CosmosHttpResponseError) -> bool:
+    """A 404 for the item itself, not for its container or database."""
+    return exc.status_code == 404 and exc.sub_status != _OWNER_MISSING
+
+
+_ERRORS = ErrorMap(
+    [
+        Rule(
+            CosmosHttpResponseError,
+            Meaning.REFUSED,
+            _status(401, 403),
+            "the service refused the credential: wrong key, or no access to the container",
+        ),
+        Rule(
+            CosmosHttpResponseError,
+            Meaning.UNAVAILABLE,
+            _status(429),
+            "still throttled (429) after the retry budget",
+        ),
+        Rule(CosmosHttpResponseError, Meaning.EXISTS, _status(409)),
+        Rule(CosmosHttpResponseError, Meaning.MODIFIED, _status(412)),
+        Rule(CosmosHttpResponseError, Meaning.MISSING, _missing_item),
+        Rule((AzureError, aiohttp.ClientError, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE),
+    ]
+)
+"""What azure-cosmos's, aiohttp's and the socket's errors mean."""
+_CONFLICTS = (Meaning.EXISTS, Meaning.MODIFIED, Meaning.MISSING)
 
 
 class CosmosStorage(Storage):
@@ -85,6 +118,7 @@ class CosmosStorage(Storage):
 
     atomic_groups = True
     atomic_batches = False
+    needs_write_group = True
 
     def __init__(
         self,
@@ -114,10 +148,11 @@ class CosmosStorage(Storage):
             raise StorageConfigError(
                 "CosmosStorage needs a master key (str) or an async azure-identity credential"
             )
-        if not (timeout > 0 and throttle_retries >= 1 and throttle_wait > 0 and concurrency >= 1):
-            raise StorageConfigError(
-                "timeout and throttle_wait must be > 0, throttle_retries and concurrency >= 1"
-            )
+        timeout, throttle_wait = (
+            seconds("timeout", timeout),
+            seconds("throttle_wait", throttle_wait),
+        )
+        throttle_retries = count("throttle_retries", throttle_retries)
         self.endpoint = endpoint
         self.database_name = database
         self.container_name = container
@@ -139,7 +174,7 @@ class CosmosStorage(Storage):
             )
         except (TypeError, ValueError, AzureError) as exc:
             raise StorageConfigError(f"cannot configure Cosmos DB for {endpoint!r}: {exc}") from exc
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = asyncio.Semaphore(count("concurrency", concurrency))
         self._container: ContainerProxy | None = None
         self._opening = asyncio.Lock()
 
@@ -163,13 +198,9 @@ class CosmosStorage(Storage):
         names = [unquote(part) for part in (parts.netloc, parts.path.strip("/"))]
         if parts.scheme != "cosmos" or not all(names) or "/" in names[1]:
             raise StorageConfigError(f"expected cosmos://<database>/<container>, got {url!r}")
-        query = dict(parse_qsl(parts.query, keep_blank_values=True))
-        unknown = sorted(set(query) - set(_URL_OPTIONS))
-        if unknown:
-            known = ", ".join(_URL_OPTIONS)
-            raise StorageConfigError(f"unknown cosmos:// option(s) {unknown}; known: {known}")
-        endpoint = endpoint or query.get("endpoint") or os.environ.get(ENV_ENDPOINT)
-        credential = credential or query.get("key") or os.environ.get(ENV_KEY)
+        query = UrlOptions("cosmos", parts.query, _URL_OPTIONS)
+        endpoint = endpoint or query.text("endpoint") or os.environ.get(ENV_ENDPOINT)
+        credential = credential or query.text("key") or os.environ.get(ENV_KEY)
         if not endpoint:
             raise StorageConfigError(f"no Cosmos DB endpoint: set ${ENV_ENDPOINT} or ?endpoint=")
         if not credential:
@@ -182,8 +213,8 @@ class CosmosStorage(Storage):
             credential,
             names[0],
             names[1],
-            create=create if create is not None else _flag(query.get("create", "true")),
-            timeout=timeout if timeout is not None else _seconds(query.get("timeout")),
+            create=create if create is not None else query.flag("create") is not False,
+            timeout=timeout if timeout is not None else query.seconds("timeout") or DEFAULT_TIMEOUT,
             **options,
         )
 
@@ -231,12 +262,14 @@ class CosmosStorage(Storage):
             await self._client.close()
 
     def _item(self, write: PreparedWrite, pk: str, ttl: int | None) -> dict[str, Any]:
-        """The item body of a write, checked against the 2 MB item limit."""
-        envelope = wrap(write.key, write.data)
-        body: dict[str, Any] = {"id": item_id(write.key), "pk": pk, **orjson.loads(envelope)}
+        """The item body of a write (its value as is, not parsed from its bytes), checked
+        against the 2 MB item limit."""
+        body: dict[str, Any] = {"id": item_id(write.key), "pk": pk}
+        body.update(envelope_fields(write.key, write.value))
         if ttl is not None:
             body["ttl"] = ttl
-        size = len(envelope) + len(orjson.dumps([body["id"], pk, ttl])) + 32 + SYSTEM_RESERVE
+        envelope = envelope_size(write.key, write.data)
+        size = envelope + len(orjson.dumps([body["id"], pk, ttl])) + 32 + SYSTEM_RESERVE
         if size > MAX_ITEM_BYTES:
             raise StateTooLargeError(write.key, size, MAX_ITEM_BYTES)
         return body
@@ -249,7 +282,7 @@ class CosmosStorage(Storage):
                         item_id(key), partition_value(self.group_of(key)), timeout=self._timeout
                     )
                 except CosmosHttpResponseError as exc:
-                    if _missing_item(exc):
+                    if _ERRORS.meaning(exc) is Meaning.MISSING:
                         return None
                     raise
         fields = {name: item[name] for name in _ENVELOPE_FIELDS if name in item}
@@ -280,7 +313,7 @@ class CosmosStorage(Storage):
                             timeout=self._timeout,
                         )
                 except CosmosHttpResponseError as exc:
-                    if exc.status_code in (409, 412) or _missing_item(exc):
+                    if _ERRORS.meaning(exc) in _CONFLICTS:
                         outcomes[write.key] = CONFLICT
                         return
                     raise
@@ -336,9 +369,12 @@ class CosmosStorage(Storage):
                         **conditions,
                     )
                 except CosmosHttpResponseError as exc:
-                    if exc.status_code == 412 or (etag is not None and _missing_item(exc)):
+                    meaning = _ERRORS.meaning(exc)
+                    if meaning is Meaning.MODIFIED or (
+                        etag is not None and meaning is Meaning.MISSING
+                    ):
                         outcomes[key] = CONFLICT
-                    elif not _missing_item(exc):
+                    elif meaning is not Meaning.MISSING:
                         raise
 
     async def _ready(self) -> ContainerProxy:
@@ -378,30 +414,10 @@ class CosmosStorage(Storage):
         _check_container(properties, f"{self.database_name}/{self.container_name}")
         return container
 
-    @contextlib.contextmanager
-    def _mapped(self, what: str) -> Iterator[None]:
-        """SDK errors as ours: 401/403 -> StorageConfigError, the rest StorageUnavailableError."""
-        try:
-            with unavailable(f"Cosmos DB {what} failed", _NETWORK):
-                yield
-        except StorageUnavailableError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, CosmosHttpResponseError) and cause.status_code in (401, 403):
-                raise StorageConfigError(
-                    f"Cosmos DB at {self.endpoint} refused the credential (HTTP"
-                    f" {cause.status_code}): wrong key, or no access to"
-                    f" {self.database_name}/{self.container_name}"
-                ) from cause
-            if isinstance(cause, CosmosHttpResponseError) and cause.status_code == 429:
-                raise StorageUnavailableError(
-                    f"Cosmos DB {what}: still throttled (429) after the retry budget"
-                ) from cause
-            raise
-
-
-def _missing_item(exc: CosmosHttpResponseError) -> bool:
-    """A 404 for the item itself, not for its container or database."""
-    return exc.status_code == 404 and exc.sub_status != _OWNER_MISSING
+    def _mapped(self, what: str) -> unavailable:
+        """The context of a call: SDK and network failures mapped by `_ERRORS`."""
+        where = f"{self.endpoint} {self.database_name}/{self.container_name}"
+        return unavailable(f"Cosmos DB {what} on {where} failed", _ERRORS)
 
 
 def _ttl_seconds(ttl: float | None) -> int | None:
@@ -440,23 +456,3 @@ def _result_etag(result: dict[str, Any]) -> str:
     body = result.get("resourceBody")
     etag = body.get("_etag") if isinstance(body, dict) else result.get("eTag")
     return str(etag)
-
-
-def _flag(text: str) -> bool:
-    if text.lower() in _TRUE:
-        return True
-    if text.lower() in _FALSE:
-        return False
-    raise StorageConfigError(f"expected true or false, got {text!r}")
-
-
-def _seconds(text: str | None) -> float:
-    if text is None:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise StorageConfigError(f"timeout must be a positive number of seconds, got {text!r}")
-    return seconds

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ._envelope import UNKNOWN, Head, parse_head
+from .._envelope import UNKNOWN, Head, parse_head
 
 TEMP_PREFIX = ".tmp-"
 """Temp files of writes in flight; like every name starting with `.`, never a key's file."""

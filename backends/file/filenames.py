@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import string
 
-from ._name_code import HEX, NameCode
+from .._name_code import HEX, NameCode
 
 MAX_NAME_BYTES = 255
 HASHED_PREFIX = "#"

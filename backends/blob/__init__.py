@@ -1,0 +1,1 @@
+"""Azure Blob Storage: the storage and the blob names of its keys."""

@@ -1,0 +1,1 @@
+"""Azure Cosmos DB storage: the storage and the item ids of its keys."""

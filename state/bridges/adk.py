@@ -1,0 +1,427 @@
+"""Google ADK bridge: `AgentStateSessionService`, an ADK `BaseSessionService` on any of our
+stores, sharing `user:`/`app:` state with agent-state bots.
+
+Needs the `.[adk]` extra (google-adk). See docs/adk.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections import OrderedDict
+from types import EllipsisType
+from typing import Any, Final
+
+import orjson
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions import BaseSessionService, Session
+from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
+from pydantic_core import to_jsonable_python
+
+from agent_state import (
+    AgentState,
+    AppState,
+    HistoryError,
+    Scopes,
+    SessionState,
+    StateConflictError,
+    TurnIds,
+    TurnState,
+    UserState,
+    app_key,
+    escape_segment,
+    open_turn,
+    parse_key,
+    session_key,
+    user_key,
+)
+from agent_state.backends import Storage
+
+__all__ = ["AgentStateSessionService"]
+
+APP, USER, TEMP = "app:", "user:", "temp:"
+RECORD_SUFFIX: Final = "/adk"
+STALE: Final = (
+    "The session has been modified in storage since it was loaded; reload it (get_session) "
+    "before appending more events."
+)
+_MISSING: Final = object()
+_CREATE_ATTEMPTS: Final = 5
+EVENTS_REMEMBERED: Final = 8192
+"""How many decoded events a service keeps (by history message id, whose digest pins the
+content), so loading a session copies events instead of validating each one again."""
+
+
+class _SessionRecord(AgentState):
+    """An ADK session's own document, beside its state bucket: who it belongs to, when it was
+    created (a nonce that tells incarnations apart), its revision and last update time."""
+
+    scope = "adk_session"
+
+    @classmethod
+    def key_for(cls, ids: TurnIds) -> str:
+        channel, conversation, user = ids.require(
+            cls.scope, "channel_id", "conversation_id", "user_id"
+        )
+        return session_key(channel, conversation, user, namespace=ids.namespace) + RECORD_SUFFIX
+
+
+_SCOPES = Scopes([UserState, SessionState, AppState, _SessionRecord], include_builtin=False)
+
+
+class AgentStateSessionService(BaseSessionService):
+    """ADK sessions on our store. A session is our session scope (the ADK session id is the
+    conversation id, on channel `channel_id`), its events are messages of our history, and
+    `app:`/`user:` keys live in our app and user buckets (`temp:` keys are never stored).
+
+    `append_event` is one all-or-nothing conditional write; a session object that storage has
+    moved past, or a lost race, raises ADK's `StaleSessionError`, never overwriting. With
+    `check_scoped_keys`, an `app:`/`user:` key the event sets that another writer changed
+    since the session was loaded raises it too. `namespace=...` (the default) puts each app
+    in its own namespace (ADK's user state is per app and user); pass a str, or None, to
+    share the user and app buckets with a bot in that namespace.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        channel_id: str = "adk",
+        namespace: str | None | EllipsisType = ...,
+        check_scoped_keys: bool = True,
+    ) -> None:
+        if not isinstance(storage, Storage):
+            raise TypeError("AgentStateSessionService needs an agent_state.backends.Storage")
+        escape_segment(channel_id, what="channel id")
+        if isinstance(namespace, str):
+            escape_segment(namespace, what="namespace")
+        self.storage = storage
+        self.channel_id = channel_id
+        self.namespace = namespace
+        self.check_scoped_keys = check_scoped_keys
+        self._events: OrderedDict[str, Event] = OrderedDict()
+
+    # --- sessions -----------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        session_id = session_id.strip() if session_id else None
+        session_id = session_id or uuid.uuid4().hex
+        ids = self._ids(app_name, user_id, session_id)
+        deltas = _split(_json_safe(state or {}))
+        for attempt in range(_CREATE_ATTEMPTS):
+            try:
+                async with open_turn(self.storage, ids, scopes=_SCOPES) as turn:
+                    record = turn.scope(_SessionRecord.scope)
+                    if len(record):
+                        raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+                    record.data = {
+                        "format": 1, "app_name": app_name, "user_id": user_id, "id": session_id,
+                        "created": uuid.uuid4().hex, "revision": 0, "last_update_time": time.time(),
+                    }  # fmt: skip
+                    _apply(turn, deltas)
+                    return self._session(turn, record.document(), [])
+            except StateConflictError:
+                if attempt == _CREATE_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        session_id = session_id.strip() if session_id else session_id
+        async with open_turn(
+            self.storage, self._ids(app_name, user_id, session_id), scopes=_SCOPES
+        ) as turn:
+            record = turn.scope(_SessionRecord.scope).document()
+            if not _belongs(record, app_name):
+                return None
+            messages = await _messages(turn, config)
+            turn.discard()
+            events = [self._event(message) for message in messages]
+            if config is not None and config.after_timestamp is not None:
+                events = _after(events, config.after_timestamp)
+            return self._session(turn, record, events)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        namespace = self._namespace(app_name)
+        head = session_key(self.channel_id, "c", "u", namespace=namespace).rsplit("/", 3)[0]
+        found: list[tuple[str, str, str]] = []  # (record key, session id, user id)
+        async for key in self.storage.list(head + "/"):
+            if not key.endswith(RECORD_SUFFIX):
+                continue
+            try:
+                parsed = parse_key(key[: -len(RECORD_SUFFIX)], namespace=namespace)
+            except ValueError:
+                continue
+            if parsed.scope != "session" or parsed.channel != self.channel_id:
+                continue
+            assert parsed.user is not None and parsed.conversation is not None
+            if user_id is None or parsed.user == user_id:
+                found.append((key, parsed.conversation, parsed.user))
+        if not found:
+            return ListSessionsResponse()
+        users = {user_key(self.channel_id, u, namespace=namespace) for _, _, u in found}
+        app = app_key(app_name, namespace=namespace)
+        keys = [k for k, _, _ in found] + [k[: -len(RECORD_SUFFIX)] for k, _, _ in found]
+        items = await self.storage.read([*keys, *users, app])
+        app_state = _value(items, app)
+        sessions = []
+        for key, session_id, user in found:
+            record = _value(items, key)
+            if not _belongs(record, app_name):
+                continue
+            state = _merged(
+                _value(items, key[: -len(RECORD_SUFFIX)]),
+                app_state,
+                _value(items, user_key(self.channel_id, user, namespace=namespace)),
+            )
+            sessions.append(_build(record, session_id, user, app_name, state, []))
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        session_id = session_id.strip() if session_id else session_id
+        namespace = self._namespace(app_name)
+        bucket = session_key(self.channel_id, session_id, user_id, namespace=namespace)
+        record = bucket + RECORD_SUFFIX
+        found = await self.storage.read([record])
+        if record not in found or not _belongs(found[record].value, app_name):
+            return
+        await self.storage.delete([record])  # the session is gone from here on
+        history = [key async for key in self.storage.list(bucket + "/history")]
+        await self.storage.delete([bucket, *history])
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        key = user_key(self.channel_id, user_id, namespace=self._namespace(app_name))
+        return _value(await self.storage.read([key]), key)
+
+    # --- events -------------------------------------------------------------------------
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        stored = _event_json(event)
+        deltas = _split(stored.get("actions", {}).get("state_delta") or {})
+        message_id = _message_id(event.id, stored)
+        ids = self._ids(session.app_name, session.user_id, session.id)
+        try:
+            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
+                record = turn.scope(_SessionRecord.scope)
+                if not _belongs(record.document(), session.app_name):
+                    raise SessionNotFoundError(f"Session {session.id} not found.")
+                self._check_fresh(session, record.document())
+                if self.check_scoped_keys:
+                    _check_scoped(turn, session, deltas)
+                message = {
+                    "id": message_id, "role": _role(event), "content": _text(stored),
+                    "adk_event": stored,
+                }  # fmt: skip
+                try:  # its one read finds the message id too
+                    await turn.history.append(message)
+                except HistoryError:
+                    if not await turn.history.holds([message_id]):
+                        raise
+                    turn.discard()  # an equal event delivered again: already appended
+                    return event
+                _apply(turn, deltas)
+                record["revision"] = int(record.get("revision", 0)) + 1
+                record["last_update_time"] = event.timestamp
+                marker = _marker(record.document())
+        except StateConflictError as exc:
+            raise StaleSessionError(STALE) from exc
+        await super().append_event(session, event)  # applies `temp:` to the session, trims it
+        self._remember(message_id, event.model_copy(deep=True))
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = marker
+        return event
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _event(self, message: dict[str, Any]) -> Event:
+        """The caller's own copy of a history message's event (decoded once per service)."""
+        known = self._events.get(message["id"])
+        if known is None:
+            known = Event.model_validate(message["adk_event"])
+            self._remember(message["id"], known)
+            return known.model_copy(deep=True)
+        self._events.move_to_end(message["id"])
+        return known.model_copy(deep=True)
+
+    def _remember(self, message_id: str, event: Event) -> None:
+        self._events[message_id] = event
+        if len(self._events) > EVENTS_REMEMBERED:
+            self._events.popitem(last=False)
+
+    def _namespace(self, app_name: str) -> str | None:
+        if not isinstance(app_name, str) or not app_name:
+            raise ValueError("app_name must be a non-empty str")
+        return app_name if isinstance(self.namespace, EllipsisType) else self.namespace
+
+    def _ids(self, app_name: str, user_id: str, session_id: str) -> TurnIds:
+        for name, value in (("user_id", user_id), ("session_id", session_id)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} must be a non-empty str")
+        return TurnIds(
+            channel_id=self.channel_id,
+            user_id=user_id,
+            conversation_id=session_id,
+            app_name=app_name,
+            namespace=self._namespace(app_name),
+        )
+
+    def _session(self, turn: TurnState, record: dict[str, Any], events: list[Event]) -> Session:
+        state = _merged(turn.session.document(), turn.app.document(), turn.user.document())
+        return _build(record, record["id"], record["user_id"], record["app_name"], state, events)
+
+    @staticmethod
+    def _check_fresh(session: Session, record: dict[str, Any]) -> None:
+        marker = session._storage_update_marker
+        if marker is not None:
+            if marker != _marker(record):
+                raise StaleSessionError(STALE)
+        elif float(record.get("last_update_time", 0.0)) > session.last_update_time:
+            raise StaleSessionError(STALE)
+
+
+def _build(
+    record: dict[str, Any],
+    session_id: str,
+    user_id: str,
+    app_name: str,
+    state: dict[str, Any],
+    events: list[Event],
+) -> Session:
+    session = Session(
+        id=session_id,
+        app_name=app_name,
+        user_id=user_id,
+        state=state,
+        events=events,
+        last_update_time=float(record.get("last_update_time", 0.0)),
+    )
+    session._storage_update_marker = _marker(record)
+    return session
+
+
+def _marker(record: dict[str, Any]) -> str:
+    return f"{record.get('created')}:{record.get('revision')}"
+
+
+def _belongs(record: dict[str, Any], app_name: str) -> bool:
+    """Whether a record exists and is this app's (a shared namespace may hold others')."""
+    return bool(record) and record.get("app_name") == app_name
+
+
+def _value(items: dict[str, Any], key: str) -> dict[str, Any]:
+    item = items.get(key)
+    return dict(item.value) if item is not None else {}
+
+
+def _merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    state = dict(session)
+    state.update({APP + k: v for k, v in app.items()})
+    state.update({USER + k: v for k, v in user.items()})
+    return state
+
+
+def _split(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """ADK's rule: `app:` and `user:` keys to their buckets, `temp:` dropped, the rest session."""
+    deltas: dict[str, dict[str, Any]] = {"app": {}, "user": {}, "session": {}}
+    for key, value in state.items():
+        if key.startswith(APP):
+            deltas["app"][key[len(APP) :]] = value
+        elif key.startswith(USER):
+            deltas["user"][key[len(USER) :]] = value
+        elif not key.startswith(TEMP):
+            deltas["session"][key] = value
+    return deltas
+
+
+def _apply(turn: TurnState, deltas: dict[str, dict[str, Any]]) -> None:
+    for scope, changes in deltas.items():
+        bucket = turn.scope(scope)
+        for key, value in changes.items():
+            bucket[key] = value
+
+
+def _check_scoped(turn: TurnState, session: Session, deltas: dict[str, dict[str, Any]]) -> None:
+    """Raise the stale-session error if an `app:`/`user:` key the event sets is no longer
+    what the session loaded (another writer changed it in between)."""
+    for scope, prefix in (("app", APP), ("user", USER)):
+        bucket = turn.scope(scope)
+        for key in deltas[scope]:
+            seen = session.state.get(prefix + key, _MISSING)
+            now = bucket.get(key, _MISSING)
+            if (_MISSING if seen is _MISSING else _json_safe({"v": seen})["v"]) != now:
+                raise StaleSessionError(f"{STALE} ({prefix}{key} changed meanwhile)")
+
+
+def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
+    """ADK's coercion: values serialized faithfully where they can be, else as strings."""
+    try:
+        safe: dict[str, Any] = to_jsonable_python(state)
+    except Exception:  # a value pydantic cannot serialize: ADK stores its str
+        safe = to_jsonable_python(state, fallback=str)
+    return safe
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    """The event as stored: JSON, without `temp:` keys in its state delta."""
+    dumped = event.model_dump_json(exclude_none=True, exclude_defaults=True, fallback=str)
+    stored: dict[str, Any] = orjson.loads(dumped)
+    actions = stored.get("actions")
+    if isinstance(actions, dict) and isinstance(actions.get("state_delta"), dict):
+        actions["state_delta"] = {
+            k: v for k, v in actions["state_delta"].items() if not k.startswith(TEMP)
+        }
+    return stored
+
+
+def _message_id(event_id: str, stored: dict[str, Any]) -> str:
+    """The event's history message id: its id and a digest of its content, so an equal event
+    delivered again is found, and another event reusing the id is kept apart."""
+    digest = hashlib.sha256(orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f"{event_id}~{digest[:16]}"
+
+
+def _role(event: Event) -> str:
+    return "user" if event.author == "user" else "assistant"
+
+
+def _text(stored: dict[str, Any]) -> str:
+    parts = (stored.get("content") or {}).get("parts") or []
+    return "".join(part["text"] for part in parts if isinstance(part.get("text"), str))
+
+
+async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[dict[str, Any]]:
+    """The history messages `config` asks for (all of them without one)."""
+    history = turn.history
+    if config is not None and config.num_recent_events is not None:
+        return await history.last(config.num_recent_events) if config.num_recent_events else []
+    return await history.first(await history.count())
+
+
+def _after(events: list[Event], after: float) -> list[Event]:
+    """ADK's filter: the events from the last one older than `after` on (exclusive)."""
+    i = len(events) - 1
+    while i >= 0 and events[i].timestamp >= after:
+        i -= 1
+    return events[i + 1 :]
