@@ -158,8 +158,8 @@ def test_an_unknown_op_is_dropped_with_a_warning_and_the_rest_applies_atomically
 
 def test_a_run_input_without_state_starts_the_mirror_from_an_empty_object() -> None:
     mirror = StateMirror(state={"left": "over"})
-    started = {"threadId": "t", "runId": "r2", "state": None, "messages": [], "tools": [],
-               "context": [], "forwardedProps": {}}  # fmt: skip
+    started: dict[str, Any] = {"threadId": "t", "runId": "r2", "state": None, "messages": [],
+                               "tools": [], "context": [], "forwardedProps": {}}  # fmt: skip
     mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r2", "input": started})
     assert mirror.state == {}
     mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r3"})  # no input: kept
