@@ -215,8 +215,18 @@ async def test_an_agui_run_records_the_history_it_was_given(streams: list[bytes]
 async def test_two_agents_on_one_store_never_share_a_thread(
     storage: Storage, streams: list[bytes]
 ) -> None:
-    poster_a = Poster(endpoint(counter, storage, app_name="a"), streams)
-    poster_b = Poster(endpoint(counter, storage, app_name="b"), streams)
+    plans: list[Any] = []
+
+    async def planner(run: AgentRun[Board]) -> None:
+        run.turn.user["plan"] = "pro"  # the user bucket: shared by the channel's agents
+        await counter(run)
+
+    async def reader(run: AgentRun[Board]) -> None:
+        plans.append(run.turn.user.get("plan"))
+        await counter(run)
+
+    poster_a = Poster(endpoint(planner, storage, app_name="a"), streams)
+    poster_b = Poster(endpoint(reader, storage, app_name="b"), streams)
     await poster_a.run(run_input("r1"))
     await poster_a.run(run_input("r2", messages=[]))
     reply = await poster_b.run(run_input("r1", messages=[user_message("b-q")]))
@@ -225,6 +235,7 @@ async def test_two_agents_on_one_store_never_share_a_thread(
     assert [m["id"] for m in snapshot["messages"]][0] == "b-q"
     assert len(snapshot["messages"]) == 2
     assert len(await history(storage, "a")) == 3 and len(await history(storage, "b")) == 2
+    assert plans == ["pro"]
     other = await Poster(endpoint(counter, storage, app_name="c"), streams).send(
         run_input("r1"), user="grace"
     )
