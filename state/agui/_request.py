@@ -87,13 +87,16 @@ async def receive_body(chunks: AsyncIterator[bytes], declared: str | None,
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise RunInputTooLargeError(f"the body exceeds {limits.max_body_bytes} bytes")
     body = bytearray()
+
+    async def receive() -> None:
+        async for chunk in chunks:
+            body.extend(chunk)
+            if len(body) > limits.max_body_bytes:
+                raise RunInputTooLargeError(f"the body exceeds {limits.max_body_bytes} bytes")
+
     try:
-        async with asyncio.timeout(limits.body_timeout):
-            async for chunk in chunks:
-                body += chunk
-                if len(body) > limits.max_body_bytes:
-                    raise RunInputTooLargeError(f"the body exceeds {limits.max_body_bytes} bytes")
-    except TimeoutError:
+        await asyncio.wait_for(receive(), limits.body_timeout)
+    except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
         raise RunInputTimeoutError(
             f"the body did not arrive within {limits.body_timeout} seconds"
         ) from None

@@ -360,8 +360,7 @@ async def test_a_body_that_trickles_in_too_slowly_is_a_408(streams: list[bytes])
         await stalled.wait()  # the client never sends the rest
         yield b"}"
 
-    async with asyncio.timeout(10):  # the server lets it go long before
-        reply = await poster.send(trickle())
+    reply = await asyncio.wait_for(poster.send(trickle()), 10)  # let go long before
     assert reply.status == 408 and "seconds" in reply.detail
     assert await store_contents(storage) == before
 
