@@ -15,6 +15,12 @@ puts on the wire, and with `jsonpatch.make_patch` for the diff:
   10x faster than jsonpatch's.
 
 Rounds are interleaved; the tables show medians. About 20 s (--quick: a few seconds).
+
+Then a long thread and two tabs (`thread_costs`): a client that resends the whole history
+every run (as AG-UI clients do), 200 runs with a 20 KB user message each and default
+endpoint settings; the bytes the store is asked to write per run at run 10 and at run 200
+(target: within 1.5x, a run costs what is new) and per 16-run window (one history page);
+then two tabs posting runs of one thread at once, runs per second against one tab.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 import gc
 import json
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -36,8 +43,9 @@ from ag_ui.core import StateDeltaEvent, StateSnapshotEvent
 from ag_ui.encoder import EventEncoder
 from pydantic import BaseModel, Field
 
+from agent_state import open_storage
 from agent_state.agui import AgentRun, AGUIEndpoint, StateMirror, iter_sse_events
-from agent_state.backends import MemoryStorage
+from agent_state.backends import MemoryStorage, StoreItem
 from agent_state.jsonpatch import apply_patch, make_patch
 
 CHANGES = 100
@@ -321,6 +329,103 @@ def report(
           f"{'MET' if speedup >= DIFF_TARGET else 'NOT MET'}")  # fmt: skip
 
 
+THREAD_RUNS, MESSAGE_BYTES, GROWTH_TARGET = 200, 20_000, 1.5
+TAB_PAIRS = 30
+
+
+class WrittenBytes(MemoryStorage):
+    """MemoryStorage adding up the JSON bytes of every document it is asked to write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+    async def write(self, changes: Any, **options: Any) -> dict[str, str]:
+        items: dict[str, StoreItem] = dict(changes)
+        self.written += sum(len(json.dumps(item.value)) for item in items.values())
+        return await super().write(items, **options)
+
+
+class Chat(BaseModel):
+    turns: int = 0
+
+
+async def _reply(run: AgentRun[Chat]) -> None:
+    run.state.turns += 1
+    await run.say(f"answer {run.state.turns}")
+
+
+def _chat(storage: Any) -> AGUIEndpoint[Chat]:
+    return AGUIEndpoint(_reply, storage=storage, state=Chat, authenticate=lambda _: "ada")
+
+
+async def _post(client: httpx.AsyncClient, thread: str, run: str, messages: list[Any]) -> list[Any]:
+    """One run; the messages of its MESSAGES_SNAPSHOT (the client's history after it)."""
+    body = {"threadId": thread, "runId": run, "state": {}, "messages": messages, "tools": [],
+            "context": [], "forwardedProps": {}}  # fmt: skip
+    response = await client.post(URL, content=json.dumps(body))
+    if response.status_code != 200:
+        raise SystemExit(f"run {run} refused: HTTP {response.status_code} {response.text[:200]}")
+    events = list(iter_sse_events([response.content]))
+    if events[-1]["type"] != "RUN_FINISHED":
+        raise SystemExit(f"run {run} did not finish: {events[-1]}")
+    return next(e["messages"] for e in events if e["type"] == "MESSAGES_SNAPSHOT")
+
+
+async def thread_costs(runs: int) -> None:
+    storage = WrittenBytes()
+    per_run: list[int] = []
+    transport = httpx.ASGITransport(app=_chat(storage))
+    async with httpx.AsyncClient(transport=transport, timeout=120) as client:
+        history: list[Any] = []
+        for number in range(1, runs + 1):
+            asked = {"id": f"q{number}", "role": "user", "content": "x" * MESSAGE_BYTES}
+            before = storage.written
+            history = await _post(client, "long", f"r{number}", [*history, asked])
+            per_run.append(storage.written - before)
+    print(f"\nA {runs}-run thread, a {MESSAGE_BYTES // 1000} KB user message a run, the whole "
+          "history resent every run, default settings")  # fmt: skip
+    print(f"{'bytes written':<36}{'run 10':>12}{f'run {runs}':>12}{'ratio':>8}")
+    at_10, at_end = per_run[9], per_run[-1]
+    print(f"{'that run':<36}{at_10:>12,}{at_end:>12,}{at_end / at_10:>8.2f}")
+    early, late = per_run[2:18], per_run[-16:]
+    mean_early, mean_late = statistics.mean(early), statistics.mean(late)
+    print(f"{'mean of 16 runs around it':<36}{mean_early:>12,.0f}{mean_late:>12,.0f}"
+          f"{mean_late / mean_early:>8.2f}")  # fmt: skip
+    print(f"target: run {runs} within {GROWTH_TARGET}x of run 10: {at_end / at_10:.2f}x, "
+          f"{'MET' if at_end <= GROWTH_TARGET * at_10 else 'NOT MET'}")  # fmt: skip
+
+
+def _hello(ident: str) -> dict[str, str]:
+    return {"id": ident, "role": "user", "content": "hi"}
+
+
+async def _tabs(storage: Any, tabs: int) -> float:
+    """Runs per second of `tabs` clients posting runs of one thread at once."""
+    transport = httpx.ASGITransport(app=_chat(storage))
+    async with httpx.AsyncClient(transport=transport, timeout=120) as client:
+        started = time.perf_counter()
+        for pair in range(TAB_PAIRS):
+            posts = [
+                _post(client, "tabs", f"p{pair}-{tab}", [_hello(f"m{pair}-{tab}")])
+                for tab in range(tabs)
+            ]
+            await asyncio.gather(*posts)
+        return TAB_PAIRS * tabs / (time.perf_counter() - started)
+
+
+async def tab_throughput(folder: str) -> None:
+    print(f"\nTwo tabs on one thread: {TAB_PAIRS} rounds of runs posted at once, all finished")
+    print(f"{'store':<12}{'one tab, runs/s':>18}{'two tabs, runs/s':>18}")
+    stores: dict[str, Callable[[], Any]] = {
+        "memory": MemoryStorage,
+        "file": lambda: open_storage(f"file://{folder}/{uuid.uuid4().hex}"),
+    }
+    for name, make in stores.items():
+        one, two = await _tabs(make(), 1), await _tabs(make(), 2)
+        print(f"{name:<12}{one:>18,.0f}{two:>18,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -328,8 +433,14 @@ def main() -> None:
         action="store_true",
         help=f"{QUICK_ROUNDS} rounds, jsonpatch checked on 10 changes",
     )
-    quick = parser.parse_args().quick
-    asyncio.run(measure(QUICK_ROUNDS if quick else ROUNDS, every=10 if quick else 1))
+    parser.add_argument("--thread-only", action="store_true", help="only the long thread and tabs")
+    options = parser.parse_args()
+    quick = options.quick
+    if not options.thread_only:
+        asyncio.run(measure(QUICK_ROUNDS if quick else ROUNDS, every=10 if quick else 1))
+    asyncio.run(thread_costs(THREAD_RUNS))
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(tab_throughput(folder))
 
 
 if __name__ == "__main__":

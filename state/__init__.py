@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     )
     from ._lifecycle import open_turn
     from ._plan import Scopes
+    from ._queue import TurnQueues
     from ._registry import open_storage
     from ._runs import (
         Run,
@@ -61,10 +62,12 @@ if TYPE_CHECKING:
         Selection,
         accept_run,
         cancel_run,
+        execute_run,
         literal,
         model_messages,
         next_turn,
         open_run,
+        thread,
     )
     from ._scopes import AppState, ConversationState, SessionState, TempState, UserState
     from ._turn_state import TurnState
@@ -100,6 +103,7 @@ _HOMES = {
     "StateValueError": "._errors",
     "TempState": "._scopes",
     "TurnContext": "._context",
+    "TurnQueues": "._queue",
     "TurnIds": "._ids",
     "TurnState": "._turn_state",
     "UserState": "._scopes",
@@ -116,6 +120,8 @@ _HOMES = {
     "model_messages": "._runs",
     "next_turn": "._runs",
     "open_run": "._runs",
+    "execute_run": "._runs",
+    "thread": "._runs",
     "open_state": "._background",
     "open_storage": "._registry",
     "open_turn": "._lifecycle",
@@ -159,6 +165,7 @@ __all__ = [
     "TempState",
     "TurnContext",
     "TurnIds",
+    "TurnQueues",
     "TurnState",
     "UserState",
     "accept_run",
@@ -168,6 +175,7 @@ __all__ = [
     "conversation_key",
     "edit_state",
     "escape_segment",
+    "execute_run",
     "list_conversations",
     "list_users",
     "literal",
@@ -181,6 +189,7 @@ __all__ = [
     "parse_key",
     "read_state",
     "session_key",
+    "thread",
     "unescape_segment",
     "user_key",
     "write_group",

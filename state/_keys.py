@@ -11,7 +11,8 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 |-----------------|--------------------------------------------|----------------------|
 | user            | `N/{channel}/users/{user}`                 | the key itself       |
 | conversation    | `C`                                        | `C`                  |
-| session         | `S`                                        | `C`                  |
+| session         | `C/users/{user}`                           | `C`                  |
+|                 | `C/users/{user}/agents/{app_name}`         | `C`                  |
 | app             | `N/app/{app_name}`                         | the key itself       |
 | activity        | `C/activities/{id}`                        | `C`                  |
 |                 | `N/{channel}/users/{user}/activities/{id}` | the key itself       |
@@ -20,7 +21,7 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | history_page    | `S/history/pages/{n}`                      | `C`                  |
 | history_index   | `S/history/ids/{message id}`               | `C`                  |
 | run             | `S/runs/{run id}`                          | `C`                  |
-| agui_owner      | `C/agui-owner`                             | `C`                  |
+| agui_owner      | `C/agui-owner`, `C/agui-owner/{app_name}`  | `C`                  |
 | agui_sent       | `S/agui`                                   | `C`                  |
 
 So a turn's conversation, session and every record it writes beside them commit in one
@@ -113,9 +114,17 @@ def conversation_key(channel: str, conversation: str, *, namespace: str | None =
     )
 
 
-def session_key(channel: str, conversation: str, user: str, *, namespace: str | None = None) -> str:
-    """`{channel}/conversations/{conversation}/users/{user}`: one user in one conversation."""
-    return namespaced(
+def session_key(
+    channel: str,
+    conversation: str,
+    user: str,
+    *,
+    agent: str | None = None,
+    namespace: str | None = None,
+) -> str:
+    """`{channel}/conversations/{conversation}/users/{user}`: one user in one conversation,
+    followed by `/agents/{agent}` for the session of one agent (app name)."""
+    key = namespaced(
         namespace,
         escape_segment(channel, what="channel id"),
         "conversations",
@@ -123,6 +132,7 @@ def session_key(channel: str, conversation: str, user: str, *, namespace: str | 
         "users",
         escape_segment(user, what="user id"),
     )
+    return key if agent is None else f"{key}/agents/{escape_segment(agent, what='app name')}"
 
 
 def activity_key(
@@ -170,9 +180,12 @@ def run_key(session: str, run_id: str) -> str:
     return f"{session}/runs/{escape_segment(run_id, what='run id')}"
 
 
-def thread_owner_key(conversation: str) -> str:
-    """`C/agui-owner`: which user an AG-UI thread (the conversation `conversation`) belongs to."""
-    return f"{conversation}/agui-owner"
+def thread_owner_key(conversation: str, agent: str | None = None) -> str:
+    """`C/agui-owner` (`C/agui-owner/{agent}` for an agent's thread): which user an AG-UI
+    thread (the conversation `conversation`) belongs to."""
+    if agent is None:
+        return f"{conversation}/agui-owner"
+    return f"{conversation}/agui-owner/{escape_segment(agent, what='app name')}"
 
 
 def thread_sent_key(session: str) -> str:
@@ -195,7 +208,7 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
         parts = parts[1:]
     if len(parts) == 2 and parts[0] == "app":
         return ParsedKey("app", app=unescape_segment(parts[1]), namespace=namespace)
-    for length in (5, 3):  # a session's key or a record beside it, then the other scopes'
+    for length in (7, 5, 3):  # a session's key or a record beside it, then the other scopes'
         scope = _parse_scope(parts[:length], namespace)
         if scope is not None:
             parsed = _parse_record(scope, parts[length:]) if len(parts) > length else scope
@@ -208,7 +221,8 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
 
 
 _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
-    "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner"},
+    "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner",
+                     ("agui-owner", True): "agui_owner"},
     "user": {("activities", True): "activity"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",
                 ("history", "ids"): "history_index", ("runs", True): "run",
@@ -219,10 +233,15 @@ _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
 
 def _parse_scope(parts: list[str], namespace: str | None) -> ParsedKey | None:
     """The scope key `parts` spell out, or None (`InvalidKeyError` for a bad escape)."""
-    if len(parts) not in (3, 5) or parts[1::2] not in (["users"], ["conversations"],
-                                                         ["conversations", "users"]):  # fmt: skip
+    if len(parts) not in (3, 5, 7) or parts[1::2] not in (
+        ["users"], ["conversations"], ["conversations", "users"],
+        ["conversations", "users", "agents"],
+    ):  # fmt: skip
         return None
     ids = [unescape_segment(p) for p in parts[0::2]]
+    if len(ids) == 4:
+        return ParsedKey("session", channel=ids[0], conversation=ids[1], user=ids[2],
+                         app=ids[3], namespace=namespace)  # fmt: skip
     if parts[1] == "users":
         return ParsedKey("user", channel=ids[0], user=ids[1], namespace=namespace)
     if len(ids) == 2:
@@ -249,7 +268,7 @@ def _parse_record(scope: ParsedKey, rest: list[str]) -> ParsedKey | None:
         return None
     if kind is None:
         return None
-    return ParsedKey(scope.scope, scope.channel, scope.conversation, scope.user,
+    return ParsedKey(scope.scope, scope.channel, scope.conversation, scope.user, scope.app,
                      namespace=scope.namespace, kind=kind, record=record)  # fmt: skip
 
 

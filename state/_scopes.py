@@ -30,7 +30,8 @@ class ConversationState(AgentState):
 
 
 class SessionState(AgentState):
-    """One user in one conversation (an AG-UI thread); the scope of un-prefixed keys."""
+    """One user in one conversation (an AG-UI thread) with one agent (the app name, when the
+    turn has one); the scope of un-prefixed keys."""
 
     scope = "session"
 
@@ -39,7 +40,7 @@ class SessionState(AgentState):
         channel, conversation, user = ids.require(
             cls.scope, "channel_id", "conversation_id", "user_id"
         )
-        return session_key(channel, conversation, user, namespace=ids.namespace)
+        return session_key(channel, conversation, user, agent=ids.app_name, namespace=ids.namespace)
 
 
 class AppState(AgentState):

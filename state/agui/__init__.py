@@ -6,7 +6,13 @@ from ._client import AGUIClient, RunRefusedError
 from ._endpoint import AGUIEndpoint
 from ._mirror import SkippedDelta, StateMirror
 from ._mirror_errors import MalformedEventError, MalformedPatchError, RunHaltedError
-from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
+from ._request import RequestLimits
+from ._server_errors import (
+    RunInputError,
+    RunInputTimeoutError,
+    RunInputTooLargeError,
+    ThreadOwnerError,
+)
 from ._sse import SSEDecoder, aiter_sse_events, iter_sse_events
 
 __all__ = [
@@ -15,8 +21,10 @@ __all__ = [
     "AgentRun",
     "MalformedEventError",
     "MalformedPatchError",
+    "RequestLimits",
     "RunHaltedError",
     "RunInputError",
+    "RunInputTimeoutError",
     "RunInputTooLargeError",
     "RunRefusedError",
     "SSEDecoder",

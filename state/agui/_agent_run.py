@@ -33,7 +33,7 @@ from ._exposed import ExposedState, M
 class AgentRun(Generic[M]):
     """One run of the agent on its thread (a session: one user in one conversation)."""
 
-    __slots__ = ("input", "state", "turn", "_exposed", "_emit", "_sent")
+    __slots__ = ("input", "state", "turn", "messages", "pending", "_exposed", "_emit", "_sent")
 
     def __init__(
         self,
@@ -43,9 +43,18 @@ class AgentRun(Generic[M]):
         state: M,
         sent: dict[str, Any],
         emit: Callable[[BaseEvent], None],
+        *,
+        messages: list[dict[str, Any]],
+        pending: dict[str, str],
     ) -> None:
         self.input = run_input
         """The validated request (its messages and tools, as the client sent them)."""
+        self.messages = messages
+        """The history the agent is given (the thread's, as the run's record keeps it): build
+        the model call from these, not from the request's copy."""
+        self.pending = pending
+        """Calls of the client's tools still unanswered (call id -> tool name): the client may
+        answer each once, in a later run."""
         self.state = state
         """The thread's state (a model instance): change it, then `await sync()`; it is
         written into the session bucket when the agent returns, saved with the run."""
@@ -83,12 +92,15 @@ class AgentRun(Generic[M]):
         return ident
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
-        """Send a tool call (for the client to run, or one the agent runs itself), kept in
-        the history as an assistant message; the call's id."""
+        """Send a tool call (for the client to run when the run input declares the tool, or
+        one the agent runs itself), kept in the history as an assistant message; the call's
+        id. A call of a client tool waits for the client's one answer (`pending`)."""
         call_id, message_id = _new_id(), _new_id()
         args = orjson.dumps(dict(arguments)).decode()
         call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
         await self.history.append({"id": message_id, "role": "assistant", "toolCalls": [call]})
+        if any(tool.name == name for tool in self.input.tools or ()):  # the client runs it
+            self.pending[call_id] = name
         self._emit(
             ToolCallStartEvent(
                 tool_call_id=call_id, tool_call_name=name, parent_message_id=message_id
@@ -101,6 +113,7 @@ class AgentRun(Generic[M]):
     async def tool_result(self, call_id: str, content: str) -> str:
         """Send the result of a tool call the agent ran, kept in the history; its id."""
         ident = _new_id()
+        self.pending.pop(call_id, None)
         await self.history.append(
             {"id": ident, "role": "tool", "toolCallId": call_id, "content": content}
         )

@@ -2,12 +2,19 @@
 
 Everything that can refuse a run is checked before the stream starts, in the turn that
 records the run as accepted, so a refusal is an HTTP status with nothing written: 401 (no
-user), 413 (body too large), 422 (`RunInputError`), 403 (`ThreadOwnerError`), 409 (the run
-id with another input), 503 (the store is unreachable). The run itself is one turn of the
-thread's session (`open_run`): its state, history appends and completion commit together
-after the agent returns, then MESSAGES_SNAPSHOT and RUN_FINISHED follow; a failure is
-RUN_ERROR, preceded by a STATE_SNAPSHOT of the stored state once the run had sent state.
-The same run id with the same input replays the recorded run.
+user), 408 (the body took too long), 413 (`RequestLimits` exceeded), 422 (`RunInputError`,
+strict JSON included), 403 (`ThreadOwnerError`), 409 (the run id with another input), 503
+(the store is unreachable). The run itself is one turn of the thread's session
+(`execute_run`): its state, history appends and completion commit together after the
+agent returns, then MESSAGES_SNAPSHOT and RUN_FINISHED follow; a failure is RUN_ERROR,
+preceded by a STATE_SNAPSHOT of the stored state once the run had sent state. The same run
+id with the same input replays the recorded run.
+
+Runs of one thread are coordinated like bot turns: in one process they take turns (a
+second run waits for the first to commit, then runs on the state and history it left);
+across processes a run whose commit meets another's runs again on the newer state, its
+stream getting a fresh STATE_SNAPSHOT (the final MESSAGES_SNAPSHOT drops what a discarded
+attempt said). So concurrent runs never fail for contention.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic
 
@@ -41,17 +49,20 @@ from .. import (
     RunConflictError,
     StateValidationError,
     TurnIds,
+    TurnQueues,
     TurnState,
     accept_run,
-    literal,
-    open_run,
+    execute_run,
+    model_messages,
     open_turn,
+    thread,
 )
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
 from ._exposed import ExposedState, M, validation_summary
-from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
-from ._thread_input import FORMAT, read_input
+from ._request import RequestLimits, check_bounds, parse_body, receive_body
+from ._server_errors import RunInputError, ThreadOwnerError
+from ._thread_input import FORMAT, ThreadInput, read_input
 
 log = logging.getLogger("agent_state.agui.server")
 
@@ -60,7 +71,6 @@ Authenticate = Callable[[Request], "Awaitable[str | None] | str | None"]
 Agent = Callable[[AgentRun[Any]], Awaitable[None]]
 """The agent: `async def agent(run)`, changing `run.state` and speaking through `run`."""
 
-MAX_BODY_BYTES = 1_000_000
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
@@ -79,14 +89,25 @@ class AGUIEndpoint(Generic[M]):
         channel: str = "agui",
         app_name: str | None = None,
         namespace: str | None = None,
-        max_body_bytes: int = MAX_BODY_BYTES,
+        limits: RequestLimits = RequestLimits(),  # noqa: B008 (frozen)
+        drop_reasoning: bool = False,
+        clock: Callable[[], float] = time.time,
+        lease: float | None = None,
     ) -> None:
         """`state`: the pydantic model of the exposed thread state (fields named in
         `server_only` are stored but never sent or accepted). `authenticate(request)` names
-        the user; the request body never does."""
+        the user; the request body never does. `app_name` names the agent: its threads,
+        runs and history are its own. `drop_reasoning` leaves reasoning messages out of the
+        history the agent is given (`without_prior_reasoning`); `clock` and `lease` (None:
+        the default) time the runs' leases (see `accept_run`)."""
         self.agent, self.storage, self.exposed = agent, storage, ExposedState(state, server_only)
-        self.authenticate, self.max_body_bytes = authenticate, max_body_bytes
+        self.authenticate, self.limits = authenticate, limits
         self.channel, self.app_name, self.namespace = channel, app_name, namespace
+        self.history = thread().without_prior_reasoning() if drop_reasoning else thread()
+        self._timing: dict[str, Any] = {"clock": clock}
+        if lease is not None:
+            self._timing["lease"] = lease
+        self._queues = TurnQueues()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own: nothing to start or stop
@@ -109,9 +130,10 @@ class AGUIEndpoint(Generic[M]):
         if not user:
             return _refusal(401, "not authenticated")
         try:
-            run_input = RunAgentInput.model_validate_json(await self._body(request))
+            run_input = self._input(await self._body(request))
             ids = TurnIds(self.channel, user, run_input.thread_id, self.app_name, self.namespace)
-            run = await self._accept(ids, run_input)
+            async with self._queues.turn(ids):  # this process's runs of a thread take turns
+                run = await self._accept(ids, run_input)
         except (RunInputError, ThreadOwnerError) as exc:
             return _refusal(exc.status_code, str(exc))
         except ValidationError as exc:
@@ -137,23 +159,29 @@ class AGUIEndpoint(Generic[M]):
 
     async def _body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise RunInputTooLargeError(f"the body exceeds {self.max_body_bytes} bytes")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.max_body_bytes:
-                raise RunInputTooLargeError(f"the body exceeds {self.max_body_bytes} bytes")
-        return bytes(body)
+        return await receive_body(request.stream(), declared, self.limits)
+
+    def _input(self, body: bytes) -> RunAgentInput:
+        """The body as a `RunAgentInput`: strict JSON, within the limits, then validated."""
+        parsed = parse_body(body)
+        check_bounds(parsed, self.limits)
+        return RunAgentInput.model_validate(parsed)
+
+    def _read(self, turn: TurnState, run_input: RunAgentInput, *, claim: bool) -> Any:
+        return read_input(turn, self.exposed, run_input, claim=claim,
+                          max_new_messages=self.limits.max_new_messages)  # fmt: skip
 
     async def _accept(self, ids: TurnIds, run_input: RunAgentInput) -> Run:
-        async def check(turn: TurnState) -> None:
-            await read_input(turn, self.exposed, run_input, claim=True)
-
         request = run_input.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return await accept_run(
-            self.storage, ids, run_input.run_id, request, history=literal(()), check=check
-        )
+
+        async def check(turn: TurnState) -> dict[str, Any]:
+            given: ThreadInput[Any] = await self._read(turn, run_input, claim=True)
+            # kept: the messages the thread holds as one reference, and only the new ones
+            new = {"through": given.through, "new": given.messages}
+            return {**request, "messages": new}
+
+        return await accept_run(self.storage, ids, run_input.run_id, request,
+                                history=self.history, check=check, **self._timing)  # fmt: skip
 
     async def _run(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """Run the agent in a task whose events stream as they come; cancelled (and recorded
@@ -176,35 +204,42 @@ class AGUIEndpoint(Generic[M]):
     async def _execute(
         self, run: Run, run_input: RunAgentInput, emit: Callable[[BaseEvent], None]
     ) -> None:
-        thread, run_id = run_input.thread_id, run_input.run_id
-        emit(RunStartedEvent(thread_id=thread, run_id=run_id))
-        shown: dict[str, Any] | None = None  # the stored state, once the client saw a change
+        thread_id, run_id = run_input.thread_id, run_input.run_id
+        emit(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        shown: list[dict[str, Any]] = []  # the stored state, once the client saw a change
+
+        async def attempt(turn: TurnState, number: int) -> tuple[MessagesSnapshotEvent, Any]:
+            # again, on the state now: it may have changed since the run was accepted
+            given: ThreadInput[Any] = await self._read(turn, run_input, claim=False)
+            await turn.history.append(*given.messages)
+            self.exposed.store(given.state, turn.session)
+            view = self.exposed.view(given.state)
+            shown[:] = [given.stored_view]
+            emit(StateSnapshotEvent(snapshot=view))  # every attempt starts from the stored
+            agent_run = AgentRun(run_input, turn, self.exposed, given.state, view, emit,
+                                 messages=await model_messages(turn, run),
+                                 pending=given.pending)  # fmt: skip
+            await self.agent(agent_run)
+            await agent_run.sync()
+            self.exposed.store(agent_run.state, turn.session)
+            messages = await turn.history.first(await turn.history.count())
+            given.sent.value.update({"format": FORMAT, "sent": agent_run.sent,
+                                     "last": messages[-1]["id"] if messages else None,
+                                     "pending": agent_run.pending})  # fmt: skip
+            snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
+            return snapshot, turn.temp.get("result")
+
         try:
-            async with open_run(self.storage, run) as turn:
-                # again, on the state now: it may have changed since the run was accepted
-                given = await read_input(turn, self.exposed, run_input, claim=False)
-                await turn.history.append(*given.messages)
-                self.exposed.store(given.state, turn.session)
-                view = self.exposed.view(given.state)
-                shown = given.stored_view
-                emit(StateSnapshotEvent(snapshot=view))
-                agent_run = AgentRun(run_input, turn, self.exposed, given.state, view, emit)
-                await self.agent(agent_run)
-                await agent_run.sync()
-                self.exposed.store(agent_run.state, turn.session)
-                messages = await turn.history.first(await turn.history.count())
-                given.sent.value.update({"format": FORMAT, "sent": agent_run.sent,
-                                   "last": messages[-1]["id"] if messages else None})  # fmt: skip
-                snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
-                result = turn.temp.get("result")
+            async with self._queues.turn(run.ids):  # this process's runs of a thread take turns
+                snapshot, result = await execute_run(self.storage, run, attempt, **self._timing)
         except Exception as exc:  # the agent's or the store's: the run is recorded failed
-            log.warning("run %r of thread %r failed: %s", run_id, thread, exc)
-            if shown is not None:
-                emit(StateSnapshotEvent(snapshot=shown))
+            log.warning("run %r of thread %r failed: %s", run_id, thread_id, exc)
+            if shown:
+                emit(StateSnapshotEvent(snapshot=shown[0]))
             emit(RunErrorEvent(message=_describe(exc), code=type(exc).__name__))
             return
         emit(snapshot)
-        emit(RunFinishedEvent(thread_id=thread, run_id=run_id, result=result))
+        emit(RunFinishedEvent(thread_id=thread_id, run_id=run_id, result=result))
 
     async def _replay(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
         """A resubmitted run: its recorded outcome with the thread's state and messages now."""

@@ -6,7 +6,8 @@ Ids are unique in the list: an incoming message with a held id replaces that mes
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, get_args
 
 from ag_ui.core import Message
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -15,17 +16,28 @@ from ._mirror_errors import MalformedEventError
 
 __all__ = ["MessageLog", "parse_messages"]
 
+log = logging.getLogger("agent_state.agui.mirror")
 _MESSAGE: TypeAdapter[Any] = TypeAdapter(Message)
+_ROLES = frozenset(
+    get_args(model.model_fields["role"].annotation)[0] for model in get_args(get_args(Message)[0])
+)
+"""The roles the ag-ui package's message models know (a `Literal` on each model)."""
 # Roles a snapshot may leave out without dropping them: the producer may not track them.
 _SELF_DECLARED_ROLES = ("activity", "reasoning")
 
 
-def parse_messages(raw: Any, what: str) -> list[dict[str, Any]]:
-    """Validate messages (models or wire dicts) and return private wire-form copies."""
+def parse_messages(raw: Any, what: str, *, drop_unknown: bool = False) -> list[dict[str, Any]]:
+    """Validate messages (models or wire dicts) and return private wire-form copies. With
+    `drop_unknown`, a message whose `role` is a string naming no known role is left out with
+    a warning (the unrecognised-member rule); a missing or non-string role stays malformed."""
     if not isinstance(raw, list):
         raise MalformedEventError(f"{what} must be a list of messages, got {type(raw).__name__}")
     parsed = []
     for index, item in enumerate(raw):
+        role = item.get("role") if isinstance(item, dict) else None
+        if drop_unknown and isinstance(role, str) and role not in _ROLES:
+            log.warning("dropped %s[%d]: unknown message role %r", what, index, role[:40])
+            continue
         try:
             model = item if isinstance(item, BaseModel) else _MESSAGE.validate_python(item)
         except ValidationError as exc:

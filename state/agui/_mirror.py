@@ -1,8 +1,10 @@
 """StateMirror: an AG-UI consumer keeping a thread's state and messages as the protocol says.
 
 STATE_SNAPSHOT replaces the state, STATE_DELTA patches it in place and atomically (a malformed
-patch halts the run, an unappliable one is skipped and flags a resync), MESSAGES_SNAPSHOT
-reconciles the messages. State and messages carry over from one run of the thread to the next.
+patch halts the run, an unappliable one is skipped and flags a resync; an operation of an
+unknown `op` is dropped with a warning and the rest applies), MESSAGES_SNAPSHOT reconciles the
+messages (a message of an unknown role is dropped with a warning). State and messages carry
+over from one run of the thread to the next; a run input without state starts from `{}`.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class StateMirror:
         return self._halted
 
     def start_run(self, run_input: RunAgentInput) -> None:
-        """Follow a new run: its baseline state is the input's state (kept when it has none)."""
+        """Follow a new run: its baseline state is the input's state (`{}` when it has none)."""
         self._begin(run_input.run_id, run_input.model_dump(mode="json", by_alias=True))
 
     def next_input(
@@ -163,7 +165,7 @@ class StateMirror:
             run_id = require_str(event, "runId")
             if run_id != self._run_id:
                 run_input = event.get("input")
-                self._begin(run_id, run_input if isinstance(run_input, dict) else {})
+                self._begin(run_id, run_input if isinstance(run_input, dict) else None)
                 return
         if self._halted is not None:
             raise RunHaltedError(self._run_id, self._halted)
@@ -183,7 +185,9 @@ class StateMirror:
             self._state = snapshot if owned else json_copy(snapshot, "the STATE_SNAPSHOT")
             self._needs_resync = False
         elif kind == "MESSAGES_SNAPSHOT":
-            self._messages.reconcile(parse_messages(event.get("messages"), "MESSAGES_SNAPSHOT"))
+            self._messages.reconcile(
+                parse_messages(event.get("messages"), "MESSAGES_SNAPSHOT", drop_unknown=True)
+            )
         elif kind in STREAM_HANDLERS:
             STREAM_HANDLERS[kind](self._messages, event if owned else json_copy(event, kind))
         else:
@@ -191,7 +195,11 @@ class StateMirror:
 
     def _delta(self, patch: Any) -> None:
         try:
-            self._state = apply_patch(self._state, patch, in_place=True)
+            dropped = _validate_patch(patch, drop_unknown=True)
+            if dropped:
+                log.warning("dropped the operations %s of a STATE_DELTA of run %r: unknown op",
+                            dropped, self._run_id)  # fmt: skip
+            self._state = apply_patch(self._state, patch, in_place=True, drop_unknown=True)
         except PatchFormatError as exc:
             raise _malformed(patch, exc) from None
         except PatchConflictError as exc:
@@ -206,11 +214,13 @@ class StateMirror:
             if self._on_resync is not None:
                 self._on_resync(self)
 
-    def _begin(self, run_id: str, run_input: dict[str, Any]) -> None:
+    def _begin(self, run_id: str, run_input: dict[str, Any] | None) -> None:
+        """Follow run `run_id`; with its input, from the input's state (`{}` without one)."""
         self._run_id = run_id
         self._halted = None
-        if "state" in run_input:
-            self._state = json_copy(run_input["state"], "the run input's state")
+        if run_input is not None:
+            state = run_input.get("state")
+            self._state = {} if state is None else json_copy(state, "the run input's state")
 
 
 _ABSENT = object()

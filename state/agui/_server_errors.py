@@ -13,9 +13,16 @@ class RunInputError(StateError, ValueError):
 
 
 class RunInputTooLargeError(RunInputError):
-    """A run's request body exceeds the endpoint's `max_body_bytes` (HTTP 413)."""
+    """A run's request exceeds the endpoint's `RequestLimits`: its body's bytes, its
+    messages, its state's size or depth (HTTP 413)."""
 
     status_code = 413
+
+
+class RunInputTimeoutError(RunInputError):
+    """A run's request body did not arrive within the limits' `body_timeout` (HTTP 408)."""
+
+    status_code = 408
 
 
 class ThreadOwnerError(StateError, PermissionError):

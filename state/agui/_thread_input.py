@@ -1,9 +1,11 @@
 """A run's untrusted input turned into changes of its thread, checked before anything is kept.
 
-A thread is a session. Two framework documents sit beside it, written with its turns:
-`C/agui-owner` (under the conversation `C`: which user the thread belongs to, claimed by
-its first run) and `S/agui` (what the server last sent the thread, and the last message
-of its history then). The client's edits are the difference between its `state` and what
+A thread is a session (of one agent: the endpoint's app name). Two framework documents sit
+beside it, written with its turns: `C/agui-owner/{app name}` (under the conversation `C`:
+which user the agent's thread belongs to, claimed by its first run) and `S/agui` (what the
+server last sent the thread, the last message of its history then, and the calls of the
+client's tools still unanswered). A client may add a tool message only as the one answer
+to such a call. The client's edits are the difference between its `state` and what
 was last sent; they are rebased onto the stored state like any concurrent change: kept where
 they touch other members, dropped where the server changed the same member (the run's
 STATE_SNAPSHOT then resyncs the client). A client whose messages are held by the history
@@ -25,9 +27,9 @@ from .._keys import thread_owner_key, thread_sent_key
 from .._turn_state import TurnState
 from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 from ._exposed import ExposedState, M
-from ._server_errors import RunInputError, ThreadOwnerError
+from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
 
-FORMAT: Final = 1
+FORMAT: Final = 2
 CLIENT_ROLES: Final = frozenset({"user", "tool"})
 """Roles of the messages a client may add to the history (activity messages are dropped)."""
 
@@ -40,11 +42,12 @@ class _Owner(Record):
 
 class SentState(Record):
     """`S/agui`: what the server last sent the thread (`sent`) and the id of the last message
-    of its history then (`last`); a client holding that message saw that state."""
+    of its history then (`last`), a client holding that message saw that state; and the
+    calls of the client's tools the thread still waits on (`pending`: call id -> tool)."""
 
     kind = "agui_sent"
     format = FORMAT
-    fields = {"sent": dict, "last": (str, type(None))}
+    fields = {"sent": dict, "last": (str, type(None)), "pending": dict}
 
 
 @dataclass(slots=True)
@@ -59,6 +62,11 @@ class ThreadInput(Generic[M]):
     """The client's messages the history does not hold yet, to append."""
     sent: Record
     """The thread's `S/agui` record (`SentState`), saved with the run's turn."""
+    pending: dict[str, str]
+    """Calls of the client's tools still unanswered once these messages are added."""
+    through: str | None
+    """The last of the client's messages the history already holds (a compact reference
+    to the thread's history as the client sent it)."""
 
 
 def _wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
@@ -67,22 +75,32 @@ def _wire_messages(run_input: RunAgentInput) -> list[dict[str, Any]]:
 
 
 async def read_input(
-    turn: TurnState, exposed: ExposedState[M], run_input: RunAgentInput, *, claim: bool
+    turn: TurnState,
+    exposed: ExposedState[M],
+    run_input: RunAgentInput,
+    *,
+    claim: bool,
+    max_new_messages: int,
 ) -> ThreadInput[M]:
     """The run's input against the thread in `turn`: `ThreadOwnerError` for another user's
-    thread, `RunInputError` for messages or state the client may not write. With `claim`, a
-    thread without an owner becomes the turn's user's (saved with the turn)."""
+    thread, `RunInputError` for messages or state the client may not write (more than
+    `max_new_messages` new ones: `RunInputTooLargeError`). With `claim`, a thread without
+    an owner becomes the turn's user's (saved with the turn)."""
     conversation, session = _key(turn.conversation), _key(turn.session)
-    owner, sent = await turn.fetch({thread_owner_key(conversation): _Owner,
+    owner_key = thread_owner_key(conversation, turn.ids.app_name)
+    owner, sent = await turn.fetch({owner_key: _Owner,
                                     thread_sent_key(session): SentState})  # fmt: skip
     _check_owner(owner, str(turn.ids.user_id), claim=claim)
     sent_messages = _wire_messages(run_input)
-    messages = await _new_messages(turn, sent_messages)
-    known = {m["id"] for m in sent_messages} - {m["id"] for m in messages}
+    messages = await _new_messages(turn, sent_messages, max_new_messages)
+    last_sent = sent.stored()
+    pending = _answer(messages, dict(last_sent["pending"]) if last_sent is not None else {})
+    fresh_ids = {m["id"] for m in messages}
+    held = [m["id"] for m in sent_messages if m["id"] not in fresh_ids]
+    known = set(held)
     client = exposed.check_client(run_input.state)
     stored = exposed.load(turn.session)
     stored_view = exposed.view(stored)
-    last_sent = sent.stored()
     if last_sent is None:
         base = stored_view  # the thread never sent state: edits are taken against the stored
     elif not known or last_sent["last"] is None or last_sent["last"] in known:
@@ -96,10 +114,29 @@ async def read_input(
         merged = apply_patch(stored_view, kept) if kept else stored_view
     except PatchConflictError:  # the edits no longer fit the newer state: the server's wins
         merged = stored_view
-    return ThreadInput(exposed.validate(merged, stored), stored_view, messages, sent)
+    state = exposed.validate(merged, stored)
+    return ThreadInput(state, stored_view, messages, sent, pending, held[-1] if held else None)
 
 
-async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _answer(messages: list[dict[str, Any]], pending: dict[str, str]) -> dict[str, str]:
+    """`pending` less the calls the client's tool messages answer; `RunInputError` for a
+    tool message that answers no unanswered call of a client tool (or answers one twice)."""
+    for message in messages:
+        if message["role"] != "tool":
+            continue
+        call = message.get("toolCallId")
+        if call not in pending:
+            raise RunInputError(
+                f"tool message {message['id']!r} answers no unanswered call of a tool the "
+                f"client executes (call {call!r:.80})"
+            )
+        del pending[call]
+    return pending
+
+
+async def _new_messages(
+    turn: TurnState, messages: list[dict[str, Any]], limit: int
+) -> list[dict[str, Any]]:
     ids = [check_message(m)["id"] for m in messages]
     if len(set(ids)) != len(ids):
         raise RunInputError(
@@ -107,6 +144,8 @@ async def _new_messages(turn: TurnState, messages: list[dict[str, Any]]) -> list
         )
     held = await turn.history.holds(ids) if messages else set()
     fresh = [m for m in messages if m["id"] not in held and m["role"] != "activity"]
+    if len(fresh) > limit:
+        raise RunInputTooLargeError(f"{len(fresh)} new messages in one request; at most {limit}")
     refused = [f"{m['id']!r} ({m['role']})" for m in fresh if m["role"] not in CLIENT_ROLES]
     if refused:
         raise RunInputError(

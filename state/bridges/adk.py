@@ -67,7 +67,8 @@ class _SessionRecord(AgentState):
         channel, conversation, user = ids.require(
             cls.scope, "channel_id", "conversation_id", "user_id"
         )
-        return session_key(channel, conversation, user, namespace=ids.namespace) + RECORD_SUFFIX
+        key = session_key(channel, conversation, user, agent=ids.app_name, namespace=ids.namespace)
+        return key + RECORD_SUFFIX
 
 
 _SCOPES = Scopes([UserState, SessionState, AppState, _SessionRecord], include_builtin=False)
@@ -173,6 +174,8 @@ class AgentStateSessionService(BaseSessionService):
                 continue
             if parsed.scope != "session" or parsed.channel != self.channel_id:
                 continue
+            if parsed.app != app_name:  # the session of another agent
+                continue
             assert parsed.user is not None and parsed.conversation is not None
             if user_id is None or parsed.user == user_id:
                 found.append((key, parsed.conversation, parsed.user))
@@ -200,7 +203,9 @@ class AgentStateSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         session_id = session_id.strip() if session_id else session_id
         namespace = self._namespace(app_name)
-        bucket = session_key(self.channel_id, session_id, user_id, namespace=namespace)
+        bucket = session_key(
+            self.channel_id, session_id, user_id, agent=app_name, namespace=namespace
+        )
         record = bucket + RECORD_SUFFIX
         found = await self.storage.read([record])
         if record not in found or not _belongs(found[record].value, app_name):

@@ -4,6 +4,9 @@ Copy mode copies only the containers on the changed paths and shares everything 
 input; in-place mode journals each change and undoes the journal when an operation fails, and
 returns the caller's root object unless an operation replaced the root (path "").
 PatchFormatError means the patch is malformed, PatchConflictError that this document refuses it.
+RFC 6902 makes an unknown `op` malformed; `drop_unknown=True` is the AG-UI snapshots/deltas
+rule instead: an operation whose `op` is a string naming no operation is left out (the caller
+warns), the rest is validated and applied as usual; a missing or non-string `op` stays malformed.
 """
 
 from __future__ import annotations
@@ -25,16 +28,22 @@ class _Conflict(Exception):
     """Internal: an operation cannot apply; the apply loop adds the operation index and context."""
 
 
-def validate_patch(patch: Any) -> None:
-    """Check the patch's structure only, raising PatchFormatError before any document is touched."""
-    _compile(patch)
+def validate_patch(patch: Any, *, drop_unknown: bool = False) -> list[int]:
+    """Check the patch's structure only, raising PatchFormatError before any document is
+    touched; the indices of the operations `drop_unknown` leaves out (see the module doc)."""
+    steps = _compile(patch, drop_unknown)
+    kept = {index for index, *_ in steps}
+    return [index for index in range(len(patch)) if index not in kept]
 
 
-def apply_patch(doc: Any, patch: list[dict[str, Any]], *, in_place: bool = False) -> Any:
-    """Apply all operations or none (PatchConflictError names the failing one); doc survives."""
-    steps = _compile(patch)
+def apply_patch(
+    doc: Any, patch: list[dict[str, Any]], *, in_place: bool = False, drop_unknown: bool = False
+) -> Any:
+    """Apply all operations or none (PatchConflictError names the failing one); doc survives.
+    With `drop_unknown`, operations of an unknown `op` are left out (see the module doc)."""
+    steps = _compile(patch, drop_unknown)
     target: _Target = _InPlace(doc) if in_place else _PathCopy(doc)
-    for index, (run, path, source, value) in enumerate(steps):
+    for index, run, path, source, value in steps:
         try:
             run(target, path, source, value)
         except _Conflict as exc:
@@ -304,7 +313,7 @@ def _run_test(target: _Target, path: Path, _source: Path, value: Any) -> None:
         raise _Conflict("test failed: the value differs")
 
 
-_Step = tuple[Callable[[_Target, Path, Path, Any], None], Path, Path, Any]
+_Step = tuple[int, Callable[[_Target, Path, Path, Any], None], Path, Path, Any]
 _RUNNERS = {
     "add": _run_add,
     "remove": _run_remove,
@@ -317,8 +326,8 @@ _NEEDS_VALUE = frozenset({"add", "replace", "test"})
 _NEEDS_FROM = frozenset({"move", "copy"})
 
 
-def _compile(patch: Any) -> list[_Step]:
-    """Validate the patch and turn each operation into (runner, path, from, value)."""
+def _compile(patch: Any, drop_unknown: bool = False) -> list[_Step]:
+    """Validate the patch and turn each operation into (index, runner, path, from, value)."""
     if not isinstance(patch, list):
         raise PatchFormatError(f"a patch must be a JSON array, got {type(patch).__name__}")
     steps: list[_Step] = []
@@ -329,13 +338,15 @@ def _compile(patch: Any) -> list[_Step]:
         if name is _MISSING:
             raise PatchFormatError(f"operation {index} has no 'op' member")
         run = _RUNNERS.get(name) if isinstance(name, str) else None
+        if run is None and drop_unknown and isinstance(name, str):
+            continue
         if run is None:
             raise PatchFormatError(f"operation {index} has an unknown op {name!r}")
         path = _pointer(op, "path", index)
         source = _pointer(op, "from", index) if name in _NEEDS_FROM else ()
         if name in _NEEDS_VALUE and "value" not in op:
             raise PatchFormatError(f"operation {index} ({name}) has no 'value' member")
-        steps.append((run, path, source, op.get("value")))
+        steps.append((index, run, path, source, op.get("value")))
     return steps
 
 

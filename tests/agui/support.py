@@ -39,10 +39,12 @@ def json_equal(a: Any, b: Any) -> bool:
 
 
 def malformed_operation(patch: Any) -> int | None:
-    """Index of the first structurally malformed operation (-1: the patch itself), else None."""
+    """Index of the first structurally malformed operation (-1: the patch itself), else None;
+    an operation whose `op` is a string naming no operation is not malformed for a consumer
+    (AG-UI drops it: see `known_operations`)."""
     if not isinstance(patch, list):
         return -1
-    for index, op in enumerate(patch):
+    for index, op in enumerate(known_operations(patch)):
         if not isinstance(op, dict) or op.get("op") not in _OPS:
             return index
         pointers = ["path"] + (["from"] if op["op"] in ("move", "copy") else [])
@@ -52,6 +54,12 @@ def malformed_operation(patch: Any) -> int | None:
         if op["op"] in ("add", "replace", "test") and "value" not in op:
             return index
     return None
+
+
+def known_operations(patch: list[Any]) -> list[Any]:
+    """The patch without the operations of an unknown string `op` (what AG-UI drops)."""
+    return [op for op in patch if not (isinstance(op, dict) and isinstance(op.get("op"), str)
+                                       and op["op"] not in _OPS)]  # fmt: skip
 
 
 def client_dir() -> Path:

@@ -87,7 +87,8 @@ def test_a_snapshot_of_models_is_kept_in_wire_form() -> None:
     [
         pytest.param({"id": "m"}, id="not-a-list"),
         pytest.param([{"role": "user", "content": "no id"}], id="no-id"),
-        pytest.param([{"id": "m", "role": "wizard", "content": "x"}], id="unknown-role"),
+        pytest.param([{"id": "m", "role": 7, "content": "x"}], id="mistyped-role"),
+        pytest.param([{"id": "m", "content": "x"}], id="no-role"),
         pytest.param([user("ok"), 3], id="not-an-object"),
     ],
 )
@@ -98,6 +99,19 @@ def test_a_malformed_messages_snapshot_is_fatal_and_changes_nothing(messages: An
     assert ids(mirror) == ["kept"]
     with pytest.raises(RunHaltedError):
         mirror.apply(snap(user("later")))
+
+
+def test_a_message_of_an_unknown_role_is_dropped_and_the_rest_reconciles(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The AG-UI rule for unrecognised members: drop with a warning, keep the run going."""
+    mirror = StateMirror(messages=[user("kept"), user("gone")])
+    wizard = {"id": "w", "role": "wizard", "content": "x"}
+    mirror.apply({"type": "MESSAGES_SNAPSHOT", "messages": [user("kept", "new"), wizard]})
+    assert mirror.messages == [{"id": "kept", "role": "user", "content": "new"}]
+    assert mirror.halted is None and "unknown message role 'wizard'" in caplog.text
+    mirror.apply(snap(user("kept"), user("later")))
+    assert ids(mirror) == ["kept", "later"]
 
 
 def test_next_input_leaves_activity_messages_out() -> None:

@@ -87,7 +87,6 @@ def test_delta_is_all_or_nothing() -> None:
 MALFORMED = [
     pytest.param({"op": "add", "path": "/a"}, 0, id="not-a-list"),
     pytest.param([{"op": "add", "path": "/b", "value": 1}, 5], 1, id="op-not-an-object"),
-    pytest.param([{"op": "merge", "path": "/a", "value": 1}], 0, id="unknown-op"),
     pytest.param([{"op": "add", "path": "/b", "value": 1}, {"path": "/a"}], 1, id="missing-op"),
     pytest.param([{"op": 3, "path": "/a"}], 0, id="op-not-a-string"),
     pytest.param([{"op": "remove", "path": "a"}], 0, id="pointer-without-slash"),
@@ -132,13 +131,39 @@ def test_a_new_run_accepts_events_again_after_a_fatal_one() -> None:
     mirror = StateMirror(state={"a": 1})
     mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})
     with pytest.raises(MalformedPatchError):
-        mirror.apply(delta({"op": "nope", "path": ""}))
+        mirror.apply(delta({"op": 3, "path": ""}))
     with pytest.raises(RunHaltedError):  # the same run again is still refused
         mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})
     mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
     assert mirror.halted is None and mirror.run_id == "r2"
     mirror.apply(delta({"op": "add", "path": "/b", "value": 2}))
     assert mirror.state == {"a": 1, "b": 2}
+
+
+def test_an_unknown_op_is_dropped_with_a_warning_and_the_rest_applies_atomically(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """AG-UI 1.x snapshots/deltas: an unrecognised operation is dropped, the run survives."""
+    mirror = StateMirror(state={"a": 1})
+    mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r1"})
+    mirror.apply(delta({"op": "add", "path": "/b", "value": 2},
+                       {"op": "merge", "path": "/a", "value": 9},
+                       {"op": "replace", "path": "/a", "value": 3}))  # fmt: skip
+    assert mirror.state == {"a": 3, "b": 2} and mirror.halted is None
+    assert "dropped the operations [1]" in caplog.text
+    mirror.apply(delta({"op": "add", "path": "/c", "value": 1}, {"op": "frob"},
+                       {"op": "remove", "path": "/missing"}))  # fmt: skip
+    assert mirror.state == {"a": 3, "b": 2} and mirror.needs_resync  # all or nothing
+
+
+def test_a_run_input_without_state_starts_the_mirror_from_an_empty_object() -> None:
+    mirror = StateMirror(state={"left": "over"})
+    started: dict[str, Any] = {"threadId": "t", "runId": "r2", "state": None, "messages": [],
+                               "tools": [], "context": [], "forwardedProps": {}}  # fmt: skip
+    mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r2", "input": started})
+    assert mirror.state == {}
+    mirror.apply({"type": "RUN_STARTED", "threadId": "t", "runId": "r3"})  # no input: kept
+    assert mirror.state == {}
 
 
 UNAPPLIABLE = [

@@ -102,14 +102,19 @@ def test_known_divergences_from_the_reference() -> None:
     twin_results = dict(zip(names, run_reference(twins), strict=True))
     mine = {name: run_mirror(DIVERGENT[name][0]) for name in names}
 
-    # The reference strips an operation with an unknown or missing op and applies the rest;
-    # the mirror halts the run on it, keeping the state from before the delta.
-    for name, bad_index in (("unknown-op", 1), ("missing-op", 0)):
-        assert results[name]["error"] is None
-        assert results[name]["state"] == twin_results[name]["state"] == {**BASE, "b": 2}
-        mirror, fatal, _ = mine[name]
-        assert fatal is not None and fatal.index == bad_index
-        assert mirror.state == BASE and mirror.halted is fatal
+    # An operation with an unknown op: both drop it and apply the rest (the AG-UI rule).
+    assert results["unknown-op"]["error"] is None
+    assert results["unknown-op"]["state"] == {**BASE, "b": 2}
+    mirror, fatal, _ = mine["unknown-op"]
+    assert fatal is None and mirror.state == {**BASE, "b": 2}
+
+    # The reference strips an operation with a missing op and applies the rest; the mirror
+    # halts the run on it (malformed), keeping the state from before the delta.
+    assert results["missing-op"]["error"] is None
+    assert results["missing-op"]["state"] == twin_results["missing-op"]["state"] == {**BASE, "b": 2}
+    mirror, fatal, _ = mine["missing-op"]
+    assert fatal is not None and fatal.index == 0
+    assert mirror.state == BASE and mirror.halted is fatal
 
     # The reference reads "01" as index 1 for add and test; for the mirror (RFC 6901) the
     # delta cannot apply: skipped, state unchanged, resync requested.

@@ -32,7 +32,7 @@ from agent_state import (
     open_turn,
     read_state,
 )
-from agent_state.agui import AgentRun, AGUIEndpoint, StateMirror
+from agent_state.agui import AgentRun, AGUIEndpoint, RequestLimits, StateMirror
 from agent_state.backends import MemoryStorage, Storage
 from tests.agui.server_support import (
     VALIDATOR,
@@ -309,7 +309,7 @@ LIMIT = 4096
 async def seeded(serve: Serve) -> tuple[Poster, Storage]:
     """A store holding one completed run of ada's thread; its endpoint takes small bodies."""
     storage = MemoryStorage()
-    poster = serve(chatty, storage, max_body_bytes=LIMIT)
+    poster = serve(chatty, storage, limits=RequestLimits(max_body_bytes=LIMIT))
     await poster.run(run_input("r1"))
     return poster, storage
 
@@ -719,7 +719,9 @@ async def test_a_two_run_thread_on_every_backend(serve: Serve, storage: Storage)
 
     poster = serve(agent, storage)
     mirror = StateMirror(thread_id=THREAD)
-    first = await poster.run(run_input("r1", messages=[user_message("q1")]))
+    first_input = run_input("r1", messages=[user_message("q1")])
+    first_input["tools"] = [{"name": "confirm", "description": "asks the user", "parameters": {}}]
+    first = await poster.run(first_input)
     follow(mirror, first)
     (call,) = first.of_type("TOOL_CALL_START")
     assert call["toolCallName"] == "confirm"

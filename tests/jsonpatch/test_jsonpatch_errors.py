@@ -157,3 +157,25 @@ def test_error_hierarchy() -> None:
     assert issubclass(PatchConflictError, ProtocolError)
     assert not issubclass(PatchConflictError, PatchFormatError)
     assert not issubclass(PatchFormatError, PatchConflictError)
+
+
+def test_the_drop_unknown_mode_leaves_out_unknown_ops_only_and_stays_atomic() -> None:
+    """AG-UI's rule as an explicit mode: an unknown string `op` is left out; RFC 6902's (the
+    default) refuses it; a missing or non-string `op` is malformed in both."""
+    patch: list[dict[str, Any]] = [
+        ADD,
+        {"op": "merge", "path": "/a"},
+        {"op": "add", "path": "/b", "value": 2},
+    ]
+    with pytest.raises(PatchFormatError, match="unknown op 'merge'"):
+        validate_patch(patch)
+    assert validate_patch(patch, drop_unknown=True) == [1]
+    assert apply_patch({}, patch, drop_unknown=True) == {"a": 1, "b": 2}
+    for malformed in ({"path": "/a"}, {"op": 3, "path": "/a"}, {"op": None, "path": "/a"}):
+        with pytest.raises(PatchFormatError):
+            validate_patch([ADD, malformed], drop_unknown=True)
+    doc = {"a": 0}
+    with pytest.raises(PatchConflictError) as caught:  # the index names the original operation
+        apply_patch(doc, [{"op": "frob"}, ADD, {"op": "remove", "path": "/x"}],
+                    in_place=True, drop_unknown=True)  # fmt: skip
+    assert caught.value.index == 2 and doc == {"a": 0}

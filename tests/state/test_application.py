@@ -212,8 +212,8 @@ async def test_handler_gets_context_and_state_and_state_persists(
         user_key("test", "ada"): {"visits": 2},
         user_key("test", "bob"): {"visits": 1},
         conversation_key("test", "c1"): {"messages": 3},
-        session_key("test", "c1", "ada"): {"topic": "two"},
-        session_key("test", "c1", "bob"): {"topic": "three"},
+        session_key("test", "c1", "ada", agent="bot"): {"topic": "two"},
+        session_key("test", "c1", "bob", agent="bot"): {"topic": "three"},
         app_key("bot"): {"turns": 3},
     }
 
@@ -250,7 +250,7 @@ async def test_ids_come_from_the_activity_and_the_namespace(storage: CountingSto
     assert set(await stored(storage)) == {
         user_key("msteams", "29:1/abc", namespace="tenant-a"),
         conversation_key("msteams", "19:x@thread.v2", namespace="tenant-a"),
-        session_key("msteams", "19:x@thread.v2", "29:1/abc", namespace="tenant-a"),
+        session_key("msteams", "19:x@thread.v2", "29:1/abc", agent="bot", namespace="tenant-a"),
         app_key("bot", namespace="tenant-a"),
     }
 
@@ -412,7 +412,7 @@ async def test_after_turn_returning_false_stops_later_after_hooks_only(
 
     await app.process(msg())
     assert calls == ["stop"]
-    assert (await stored(storage))[session_key("test", "c1", "u1")] == {"done": True}
+    assert (await stored(storage))[session_key("test", "c1", "u1", agent="bot")] == {"done": True}
 
 
 # --- errors ----------------------------------------------------------------------------------

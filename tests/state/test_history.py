@@ -20,7 +20,7 @@ from agent_state.backends import FormatError, MemoryStorage, Storage, StoreItem
 from tests.stores import SHARED, STORES
 
 IDS = TurnIds(channel_id="h", user_id="ada", conversation_id="c1", app_name="hist")
-HEAD = f"{session_key('h', 'c1', 'ada')}/history"
+HEAD = f"{session_key('h', 'c1', 'ada', agent='hist')}/history"
 
 
 def message(ident: str, role: str = "user") -> dict[str, Any]:

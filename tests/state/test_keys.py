@@ -54,8 +54,12 @@ def test_every_key_parses_back_to_its_ids(channel: str, conversation: str, user:
     assert parse_key(session_key(channel, conversation, user)) == ParsedKey(
         "session", channel=channel, conversation=conversation, user=user
     )
+    assert parse_key(session_key(channel, conversation, user, agent=channel)) == ParsedKey(
+        "session", channel=channel, conversation=conversation, user=user, app=channel
+    )
     assert parse_key(app_key(user)) == ParsedKey("app", app=user)
-    for key in (user_key(channel, user), session_key(channel, conversation, user)):
+    agent_session = session_key(channel, conversation, user, agent=conversation)
+    for key in (user_key(channel, user), session_key(channel, conversation, user), agent_session):
         check_key(key)  # every built key is a valid storage key
 
 
@@ -64,7 +68,8 @@ def test_keys_collide_only_for_the_same_scope_and_ids(
     first: tuple[str, str, str], second: tuple[str, str, str]
 ) -> None:
     def all_keys(c: str, v: str, u: str) -> list[str]:
-        return [user_key(c, u), conversation_key(c, v), session_key(c, v, u), app_key(u)]
+        return [user_key(c, u), conversation_key(c, v), session_key(c, v, u), app_key(u),
+                session_key(c, v, u, agent=c)]  # fmt: skip
 
     for a in all_keys(*first):
         for b in all_keys(*second):
@@ -179,13 +184,14 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
             {"type": "message", "id": "a/1", "channelId": "ch", "from": {"id": "u"}}
             | ({} if channel_only else {"conversation": {"id": "c"}})
         )
-    ids = TurnIds(channel_id="ch", user_id="u", conversation_id="c", namespace="ns")
+    ids = TurnIds(channel_id="ch", user_id="u", conversation_id="c", app_name="bot", namespace="ns")
     run = await accept_run(storage, ids, "r/1", {"q": 1}, history=literal([]))
     async with open_run(storage, run):
         pass
-    session = session_key("ch", "c", "u", namespace="ns")
+    session = session_key("ch", "c", "u", agent="bot", namespace="ns")
     conversation = conversation_key("ch", "c", namespace="ns")
     await storage.write({thread_owner_key(conversation): StoreItem({"format": 1, "user": "u"}),
+                         thread_owner_key(conversation, "bot"): StoreItem({"format": 1}),
                          thread_sent_key(session): StoreItem({"format": 1})})  # fmt: skip
     kinds = {}
     async for key in storage.list(""):
@@ -204,6 +210,7 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
         f"{session}/history/pages/0": ("session", "history_page", "0"),
         f"{session}/runs/r%2F1": ("session", "run", "r/1"),
         thread_owner_key(conversation): ("conversation", "agui_owner", None),
+        f"{conversation}/agui-owner/bot": ("conversation", "agui_owner", "bot"),
         thread_sent_key(session): ("session", "agui_sent", None),
         **{f"{session}/history/ids/m%2F{i}": ("session", "history_index", f"m/{i}")
            for i in range(40)},

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agent_state._queue import TurnQueues
+from agent_state import TurnQueues
 
 
 async def test_turns_of_one_key_run_one_at_a_time_in_arrival_order() -> None:

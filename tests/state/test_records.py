@@ -16,22 +16,22 @@ from agent_state._runs import RunRecord
 from agent_state.agui._thread_input import SentState, _Owner
 from agent_state.backends import FormatError, MemoryStorage, StoreItem
 
-RUN = {"format": 1, "id": "r", "status": "accepted", "input": "d", "selection": {},
-       "children": [], "messages": []}  # fmt: skip
+RUN = {"format": 2, "id": "r", "status": "accepted", "input": "d", "selection": {},
+       "children": [], "messages": [], "expires": 0.0, "opened": None}  # fmt: skip
 KINDS: list[tuple[type[Record], dict[str, Any]]] = [
     (DeliveryRecord, {"digest": "abc", "replies": []}),
     (_Head, {"format": 1, "page_size": 32, "count": 1, "tail": [{}]}),
     (_Page, {"format": 1, "messages": []}),
     (_Entry, {"format": 1, "seq": 0}),
     (RunRecord, RUN),
-    (_Owner, {"format": 1, "user": "ada"}),
-    (SentState, {"format": 1, "sent": {}, "last": None}),
+    (_Owner, {"format": 2, "user": "ada"}),
+    (SentState, {"format": 2, "sent": {}, "last": None, "pending": {}}),
 ]
 
 
 def broken_copies(kind: type[Record], good: dict[str, Any]) -> list[dict[str, Any]]:
     """`good` with another format, and with each member it must have missing or mistyped."""
-    copies = [{**good, "format": 2}] if kind.format is not None else []
+    copies = [{**good, "format": kind.format + 1}] if kind.format is not None else []
     for name in kind.fields:
         copies.append({key: value for key, value in good.items() if key != name})
         copies.append({**good, name: True})  # a bool is no int, str, list or dict

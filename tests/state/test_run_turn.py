@@ -134,7 +134,7 @@ async def test_a_save_across_files_that_conflicts_applies_nothing_and_runs_again
     await run_turn(storage, IDS, body)
     assert runs == [1, 2]
     assert await stored(storage, "c/users/u") == {"n": 1}
-    assert await stored(storage, "c/conversations/k/users/u") == {"n": 11}
+    assert await stored(storage, "c/conversations/k/users/u/agents/a") == {"n": 11}
 
 
 class LastSeen(SessionState):
@@ -155,4 +155,4 @@ async def test_a_last_writer_wins_scope_overwrites_instead_of_running_again() ->
 
     await run_turn(storage, IDS, body, scopes=[LastSeen])
     assert runs == [1]
-    assert await stored(storage, "c/conversations/k/users/u") == {"seen": 1}
+    assert await stored(storage, "c/conversations/k/users/u/agents/a") == {"seen": 1}

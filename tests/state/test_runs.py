@@ -31,7 +31,7 @@ from tests.stores import STORES
 
 IDS = TurnIds(channel_id="r", user_id="ada", conversation_id="c1", app_name="runs")
 OTHER = TurnIds(channel_id="r", user_id="grace", conversation_id="c1", app_name="runs")
-RUNS = f"{session_key('r', 'c1', 'ada')}/runs"
+RUNS = f"{session_key('r', 'c1', 'ada', agent='runs')}/runs"
 
 
 def msg(ident: str, role: str = "user") -> dict[str, Any]:

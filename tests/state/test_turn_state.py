@@ -41,7 +41,7 @@ IDS = TurnIds(
 )
 USER = user_key("msteams", "29:ada")
 CONVERSATION = conversation_key("msteams", "19:c@thread.v2")
-SESSION = session_key("msteams", "19:c@thread.v2", "29:ada")
+SESSION = session_key("msteams", "19:c@thread.v2", "29:ada", agent="bot")
 APP = app_key("bot")
 
 
@@ -70,7 +70,7 @@ def test_builtin_keys_follow_the_design() -> None:
     assert [cls.key_for(IDS) for cls in BUILTIN_SCOPES if cls.persisted] == [
         "msteams/users/29:ada",
         "msteams/conversations/19:c@thread.v2",
-        "msteams/conversations/19:c@thread.v2/users/29:ada",
+        "msteams/conversations/19:c@thread.v2/users/29:ada/agents/bot",
         "app/bot",
     ]
     namespaced = TurnIds(channel_id="c", user_id="u", namespace="bot1")

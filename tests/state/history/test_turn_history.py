@@ -58,7 +58,7 @@ async def check(storage: Storage, lines: list[dict[str, Any]]) -> None:
         if kind == "log":
             logged[conversation].append(token)
     keys = [user_key("h", u) for u in USERS] + [conversation_key("h", c) for c in CONVERSATIONS]
-    keys += [session_key("h", c, u) for c in CONVERSATIONS for u in USERS]
+    keys += [session_key("h", c, u, agent="history") for c in CONVERSATIONS for u in USERS]
     found = await storage.read(keys)
 
     def doc(key: str) -> dict[str, Any]:
@@ -82,7 +82,7 @@ async def check(storage: Storage, lines: list[dict[str, Any]]) -> None:
         assert conversation.get("pot", 0) == turns("transfer", conversation=c)
         total += conversation.get("pot", 0)
         for u in USERS:
-            session = doc(session_key("h", c, u))
+            session = doc(session_key("h", c, u, agent="history"))
             assert session.get("b", 0) == 2 * session.get("a", 0)
             assert session.get("a", 0) == turns("derived", user=u, conversation=c)
     for u in USERS:
