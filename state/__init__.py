@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._bucket import AgentState
     from ._context import TurnContext
     from ._delivery import ActivityClaimedError, ActivityConflictError
+    from ._document import Record
     from ._errors import (
         MissingIdError,
         ScopeError,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
         StateValueError,
     )
     from ._events import add_event_listener
-    from ._history import History, HistoryError
+    from ._history import History, HistoryError, check_message
     from ._ids import TurnIds
     from ._keys import (
         ParsedKey,
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
         escape_segment,
         parse_key,
         session_key,
+        thread_owner_key,
+        thread_sent_key,
         unescape_segment,
         user_key,
         write_group,
@@ -90,6 +93,7 @@ _HOMES = {
     "ParsedKey": "._keys",
     "Run": "._runs",
     "RunConflictError": "._runs",
+    "Record": "._document",
     "RunStateError": "._runs",
     "ScopeError": "._errors",
     "Scopes": "._plan",
@@ -111,6 +115,7 @@ _HOMES = {
     "add_event_listener": "._events",
     "app_key": "._keys",
     "cancel_run": "._runs",
+    "check_message": "._history",
     "conversation_key": "._keys",
     "edit_state": "._background",
     "escape_segment": "._keys",
@@ -122,6 +127,8 @@ _HOMES = {
     "open_run": "._runs",
     "execute_run": "._runs",
     "thread": "._runs",
+    "thread_owner_key": "._keys",
+    "thread_sent_key": "._keys",
     "open_state": "._background",
     "open_storage": "._registry",
     "open_turn": "._lifecycle",
@@ -149,6 +156,7 @@ __all__ = [
     "HistoryError",
     "MissingIdError",
     "ParsedKey",
+    "Record",
     "Run",
     "RunConflictError",
     "RunStateError",
@@ -172,6 +180,7 @@ __all__ = [
     "add_event_listener",
     "app_key",
     "cancel_run",
+    "check_message",
     "conversation_key",
     "edit_state",
     "escape_segment",
@@ -190,6 +199,8 @@ __all__ = [
     "read_state",
     "session_key",
     "thread",
+    "thread_owner_key",
+    "thread_sent_key",
     "unescape_segment",
     "user_key",
     "write_group",

@@ -51,13 +51,7 @@ LAYERS = {
 
 # Arrows today's code still has, each to be removed by the issue named; the test fails when
 # one is gone too, so the list only shrinks.
-KNOWN: dict[str, str] = {
-    "agent_state.agui._thread_input -> agent_state._bucket": "AG-UI thread documents",
-    "agent_state.agui._thread_input -> agent_state._document": "AG-UI thread documents",
-    "agent_state.agui._thread_input -> agent_state._history": "AG-UI thread documents",
-    "agent_state.agui._thread_input -> agent_state._keys": "AG-UI thread documents",
-    "agent_state.agui._thread_input -> agent_state._turn_state": "AG-UI thread documents",
-}
+KNOWN: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

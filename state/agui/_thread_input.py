@@ -20,11 +20,14 @@ from typing import Any, Final, Generic
 
 from ag_ui.core import RunAgentInput
 
-from .._bucket import AgentState
-from .._document import Record
-from .._history import check_message
-from .._keys import thread_owner_key, thread_sent_key
-from .._turn_state import TurnState
+from .. import (
+    AgentState,
+    Record,
+    TurnState,
+    check_message,
+    thread_owner_key,
+    thread_sent_key,
+)
 from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 from ._exposed import ExposedState, M
 from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError

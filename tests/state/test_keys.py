@@ -22,11 +22,12 @@ from agent_state import (
     open_run,
     parse_key,
     session_key,
+    thread_owner_key,
+    thread_sent_key,
     unescape_segment,
     user_key,
     write_group,
 )
-from agent_state._keys import thread_owner_key, thread_sent_key
 from agent_state.backends import InvalidKeyError, MemoryStorage, StoreItem
 from agent_state.backends._keys import check_key
 

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent_state import AgentApplication, TurnContext, TurnState
+from agent_state import AgentApplication, Record, TurnContext, TurnState
 from agent_state._delivery import DeliveryRecord
-from agent_state._document import Record
 from agent_state._history import _Entry, _Head, _Page
 from agent_state._runs import RunRecord
 from agent_state.agui._thread_input import SentState, _Owner
