@@ -176,18 +176,23 @@ class AgentStateSessionService(BaseSessionService):
         keys = _Keys.of(ids)
         found = await self.storage.read(keys)  # the buckets, record and history head at once
         self._learn_found(keys, found)
-        turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
-        try:
-            record = turn.scope(_SessionRecord.scope).document()
-            if not _belongs(record, app_name):
-                return None
-            messages = await _messages(turn, config)
-            events = [self._event(message) for message in messages]
-            if config is not None and config.after_timestamp is not None:
-                events = _after(events, config.after_timestamp)
-            return self._session(turn, record, events)
-        finally:
-            turn.close()
+        record = _value(found, keys.record)
+        if not _belongs(record, app_name):
+            return None
+        messages = _recent(found.get(keys.head), config)
+        if messages is None:  # some are on pages (or the head is not one we know): ask it
+            turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
+            try:
+                messages = await _messages(turn, config)
+            finally:
+                turn.close()
+        events = [self._event(message) for message in messages]
+        if config is not None and config.after_timestamp is not None:
+            events = _after(events, config.after_timestamp)
+        state = _merged(
+            _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
+        )
+        return _build(record, record["id"], record["user_id"], record["app_name"], state, events)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -561,6 +566,27 @@ def _role(event: Event) -> str:
 def _text(stored: dict[str, Any]) -> str:
     parts = (stored.get("content") or {}).get("parts") or []
     return "".join(part["text"] for part in parts if isinstance(part.get("text"), str))
+
+
+def _recent(head: StoreItem | None, config: GetSessionConfig | None) -> list[Any] | None:
+    """The history messages `config` asks for, when all are in the tail of the history head
+    as read (the last messages); None when some are on pages or the head is not a history
+    head of our format, for `_messages` to read (or refuse)."""
+    if head is None:
+        return []
+    count, tail = head.value.get("count"), head.value.get("tail")
+    if (
+        head.value.get("format") != HISTORY_FORMAT or head.value.get("page_size") != PAGE_SIZE
+        or type(count) is not int or type(tail) is not list
+    ):  # fmt: skip
+        return None
+    wanted = count
+    if config is not None and config.num_recent_events is not None:
+        recent = config.num_recent_events
+        if type(recent) is not int or recent < 0:
+            return None
+        wanted = min(count, recent)
+    return tail[len(tail) - wanted :] if 0 < wanted <= len(tail) else None if wanted else []
 
 
 async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[dict[str, Any]]:
