@@ -311,7 +311,7 @@ class AgentStateSessionService(BaseSessionService):
                 return None
             value = orjson.loads(known[1])
             if scope != "session" and self.check_scoped_keys:
-                if _scoped_changed(session, scope, value, deltas[scope]):
+                if _scoped_changed(session, scope, value, deltas[scope]) is not None:
                     return None
             value.update(deltas[scope])
             data = orjson.dumps(value)
@@ -394,6 +394,7 @@ class AgentStateSessionService(BaseSessionService):
             self._events.popitem(last=False)
 
     def _learn(self, key: str, etag: str | None, data: bytes) -> None:
+        """Remember `key` at version `etag` (None: absent) holding `data`."""
         self._known[key] = (etag, data)
         self._known.move_to_end(key)
         if len(self._known) > DOCUMENTS_REMEMBERED:
@@ -409,6 +410,7 @@ class AgentStateSessionService(BaseSessionService):
                 self._learn(key, item.etag, item.data or orjson.dumps(item.value))
 
     def _forget(self, keys: _Keys) -> None:
+        """Drop what is remembered of a session's documents (before reading them anew)."""
         for key in keys:
             self._known.pop(key, None)
 
@@ -586,7 +588,9 @@ def _recent(head: StoreItem | None, config: GetSessionConfig | None) -> list[Any
         if type(recent) is not int or recent < 0:
             return None
         wanted = min(count, recent)
-    return tail[len(tail) - wanted :] if 0 < wanted <= len(tail) else None if wanted else []
+    if wanted > len(tail):
+        return None
+    return tail[len(tail) - wanted :] if wanted else []
 
 
 async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[dict[str, Any]]:
