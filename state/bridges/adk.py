@@ -39,9 +39,6 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state._history import FORMAT as HISTORY_FORMAT
-from agent_state._history import PAGE_SIZE
-from agent_state._keys import history_index_key, history_key, history_page_key
 from agent_state.backends import ConflictError, Storage, StoreItem
 
 __all__ = ["AgentStateSessionService"]
@@ -57,6 +54,10 @@ _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
 content), so loading a session copies events instead of validating each one again."""
+HISTORY_FORMAT: Final = 1
+PAGE_SIZE: Final = 32
+"""The stored history layout docs/history.md gives (`S/history`, `S/history/pages/<k>`,
+`S/history/ids/<id>`), which an append written at once follows."""
 DOCUMENTS_REMEMBERED: Final = 4096
 """How many documents' last known version and bytes a service keeps (records, buckets,
 history heads), so an append right after a load or an append writes at once, conditional on
@@ -95,7 +96,7 @@ class _Keys(NamedTuple):
         record, session = scopes[_SessionRecord.scope][1], scopes["session"][1]
         app, user = scopes["app"][1], scopes["user"][1]
         assert record and session and app and user  # every id is given (`_ids`)
-        return cls(record, session, app, user, history_key(session))
+        return cls(record, session, app, user, _history_key(session))
 
 
 class AgentStateSessionService(BaseSessionService):
@@ -323,12 +324,12 @@ class AgentStateSessionService(BaseSessionService):
         record["last_update_time"] = event.timestamp
         changes[keys.record] = _item(record, record_known[0])
         entry = {"format": HISTORY_FORMAT, "seq": count}
-        changes[history_index_key(keys.session, message["id"])] = _item(entry, None)
+        changes[_index_key(keys.session, message["id"])] = _item(entry, None)
         tail = [*tail, message]
         count += 1
         if len(tail) == PAGE_SIZE:
             page = {"format": HISTORY_FORMAT, "messages": tail}
-            changes[history_page_key(keys.session, count // PAGE_SIZE - 1)] = _item(page, None)
+            changes[_page_key(keys.session, count // PAGE_SIZE - 1)] = _item(page, None)
             tail = []
         head["format"], head["page_size"], head["count"], head["tail"] = (
             HISTORY_FORMAT, PAGE_SIZE, count, tail,
@@ -568,6 +569,21 @@ def _role(event: Event) -> str:
 def _text(stored: dict[str, Any]) -> str:
     parts = (stored.get("content") or {}).get("parts") or []
     return "".join(part["text"] for part in parts if isinstance(part.get("text"), str))
+
+
+def _history_key(session: str) -> str:
+    """The history head of the session at key `session` (docs/history.md)."""
+    return f"{session}/history"
+
+
+def _page_key(session: str, number: int) -> str:
+    """A full page of that history."""
+    return f"{session}/history/pages/{number}"
+
+
+def _index_key(session: str, message_id: str) -> str:
+    """Where a message of that history sits."""
+    return f"{session}/history/ids/{escape_segment(message_id, what='message id')}"
 
 
 def _recent(head: StoreItem | None, config: GetSessionConfig | None) -> list[Any] | None:

@@ -253,7 +253,10 @@ async def test_a_history_longer_than_a_page_reads_back_whole(storage: Storage) -
         await service.append_event(session, e)
     async with open_turn(storage, ids(session)) as state:
         assert await state.history.count() == 70
-        assert [m["content"] for m in await state.history.first(70)] == [str(i) for i in range(70)]
+        messages = await state.history.first(70)
+        assert [m["content"] for m in messages] == [str(i) for i in range(70)]
+        assert await state.history.holds([m["id"] for m in messages]) == {m["id"] for m in messages}
+        assert await state.history.after(messages[40]["id"], 2) == messages[41:43]
     loaded = await service.get_session(app_name=APP, user_id=USER, session_id="s")
     assert loaded is not None and loaded.events == events
     recent = await service.get_session(
@@ -264,3 +267,13 @@ async def test_a_history_longer_than_a_page_reads_back_whole(storage: Storage) -
         app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(num_recent_events=3)
     )
     assert tail is not None and tail.events == events[67:]
+
+
+def test_an_append_written_at_once_follows_the_librarys_history_layout() -> None:
+    from agent_state import _history, _keys
+    from agent_state.bridges import adk
+
+    assert (adk.HISTORY_FORMAT, adk.PAGE_SIZE) == (_history.FORMAT, _history.PAGE_SIZE)
+    assert adk._history_key("a/s") == _keys.history_key("a/s")
+    assert adk._page_key("a/s", 3) == _keys.history_page_key("a/s", 3)
+    assert adk._index_key("a/s", "e/1~x") == _keys.history_index_key("a/s", "e/1~x")
