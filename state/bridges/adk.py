@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import OrderedDict
 from types import EllipsisType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 from google.adk.errors import StaleSessionError
@@ -39,7 +39,7 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import Storage
+from agent_state.backends import ConflictError, Storage, StoreItem
 
 __all__ = ["AgentStateSessionService"]
 
@@ -54,6 +54,14 @@ _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
 content), so loading a session copies events instead of validating each one again."""
+HISTORY_FORMAT: Final = 1
+PAGE_SIZE: Final = 32
+"""The stored history layout docs/history.md gives (`S/history`, `S/history/pages/<k>`,
+`S/history/ids/<id>`), which an append written at once follows."""
+DOCUMENTS_REMEMBERED: Final = 4096
+"""How many documents' last known version and bytes a service keeps (records, buckets,
+history heads), so an append right after a load or an append writes at once, conditional on
+those versions, without reading them again."""
 
 
 class _SessionRecord(AgentState):
@@ -72,6 +80,24 @@ class _SessionRecord(AgentState):
 
 
 _SCOPES = Scopes([UserState, SessionState, AppState, _SessionRecord], include_builtin=False)
+
+
+class _Keys(NamedTuple):
+    """The documents of one ADK session a load reads and an append writes."""
+
+    record: str
+    session: str
+    app: str
+    user: str
+    head: str
+
+    @classmethod
+    def of(cls, ids: TurnIds) -> _Keys:
+        scopes = _SCOPES.plan(ids).scopes
+        record, session = scopes[_SessionRecord.scope][1], scopes["session"][1]
+        app, user = scopes["app"][1], scopes["user"][1]
+        assert record and session and app and user  # every id is given (`_ids`)
+        return cls(record, session, app, user, _history_key(session))
 
 
 class AgentStateSessionService(BaseSessionService):
@@ -105,6 +131,8 @@ class AgentStateSessionService(BaseSessionService):
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
         self._events: OrderedDict[str, Event] = OrderedDict()
+        self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
+        """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -146,18 +174,27 @@ class AgentStateSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
-        async with open_turn(
-            self.storage, self._ids(app_name, user_id, session_id), scopes=_SCOPES
-        ) as turn:
-            record = turn.scope(_SessionRecord.scope).document()
-            if not _belongs(record, app_name):
-                return None
-            messages = await _messages(turn, config)
-            turn.discard()
-            events = [self._event(message) for message in messages]
-            if config is not None and config.after_timestamp is not None:
-                events = _after(events, config.after_timestamp)
-            return self._session(turn, record, events)
+        ids = self._ids(app_name, user_id, session_id)
+        keys = _Keys.of(ids)
+        found = await self.storage.read(keys)  # the buckets, record and history head at once
+        self._learn_found(keys, found)
+        record = _value(found, keys.record)
+        if not _belongs(record, app_name):
+            return None
+        messages = _recent(found.get(keys.head), config)
+        if messages is None:  # some are on pages (or the head is not one we know): ask it
+            turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
+            try:
+                messages = await _messages(turn, config)
+            finally:
+                turn.close()
+        events = [self._event(message) for message in messages]
+        if config is not None and config.after_timestamp is not None:
+            events = _after(events, config.after_timestamp)
+        state = _merged(
+            _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
+        )
+        return _build(record, record["id"], record["user_id"], record["app_name"], state, events)
 
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
@@ -226,37 +263,124 @@ class AgentStateSessionService(BaseSessionService):
         stored = _event_json(event)
         deltas = _split(stored.get("actions", {}).get("state_delta") or {})
         message_id = _message_id(event.id, stored)
+        message = {
+            "id": message_id, "role": _role(event), "content": _text(stored), "adk_event": stored,
+        }  # fmt: skip
         ids = self._ids(session.app_name, session.user_id, session.id)
-        try:
-            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
-                record = turn.scope(_SessionRecord.scope)
-                if not _belongs(record.document(), session.app_name):
-                    raise SessionNotFoundError(f"Session {session.id} not found.")
-                self._check_fresh(session, record.document())
-                if self.check_scoped_keys:
-                    _check_scoped(turn, session, deltas)
-                message = {
-                    "id": message_id, "role": _role(event), "content": _text(stored),
-                    "adk_event": stored,
-                }  # fmt: skip
-                try:  # its one read finds the message id too
-                    await turn.history.append(message)
-                except HistoryError:
-                    if not await turn.history.holds([message_id]):
-                        raise
-                    turn.discard()  # an equal event delivered again: already appended
-                    return event
-                _apply(turn, deltas)
-                record["revision"] = int(record.get("revision", 0)) + 1
-                record["last_update_time"] = event.timestamp
-                marker = _marker(record.document())
-        except StateConflictError as exc:
-            raise StaleSessionError(STALE) from exc
+        keys = _Keys.of(ids)
+        marker = await self._append_known(session, event, keys, deltas, message)
+        if marker is None:
+            self._forget(keys)
+            marker = await self._append_read(session, event, ids, deltas, message)
+            if marker is None:  # an equal event delivered again: already appended
+                return event
         await super().append_event(session, event)  # applies `temp:` to the session, trims it
         self._remember(message_id, event.model_copy(deep=True))
         session.last_update_time = event.timestamp
         session._storage_update_marker = marker
         return event
+
+    async def _append_known(
+        self,
+        session: Session,
+        event: Event,
+        keys: _Keys,
+        deltas: dict[str, dict[str, Any]],
+        message: dict[str, Any],
+    ) -> str | None:
+        """Append in one conditional write built on the versions this service last read or
+        wrote, reading nothing; the session's new marker, or None (nothing written) when a
+        version is not known here, a check on the known ones fails, or the write conflicts:
+        `_append_read` then decides on what storage holds. Each document whose content the
+        write rests on is written or checked at its known version, so a stale one only
+        conflicts."""
+        record_known, head_known = self._known.get(keys.record), self._known.get(keys.head)
+        if record_known is None or record_known[0] is None or head_known is None:
+            return None
+        record = orjson.loads(record_known[1])
+        if not _belongs(record, session.app_name) or not _is_fresh(session, record):
+            return None
+        head = orjson.loads(head_known[1])
+        count, tail = head.get("count", 0), head.get("tail", [])
+        if head and (
+            head.get("format") != HISTORY_FORMAT or head.get("page_size") != PAGE_SIZE
+            or type(count) is not int or type(tail) is not list
+        ):  # fmt: skip
+            return None  # not a head this service wrote: the reading path reports it
+        changes: dict[str, StoreItem] = {}
+        unchanged: dict[str, str | None] = {}
+        for scope, key in (("session", keys.session), ("app", keys.app), ("user", keys.user)):
+            if not deltas[scope]:
+                continue
+            known = self._known.get(key)
+            if known is None:
+                return None
+            value = orjson.loads(known[1])
+            if scope != "session" and self.check_scoped_keys:
+                if _scoped_changed(session, scope, value, deltas[scope]) is not None:
+                    return None
+            value.update(deltas[scope])
+            data = orjson.dumps(value)
+            if data == known[1] and known[0] is not None:
+                unchanged[key] = known[0]
+            else:
+                changes[key] = StoreItem(value, known[0], data)
+        record["revision"] = int(record.get("revision", 0)) + 1
+        record["last_update_time"] = event.timestamp
+        changes[keys.record] = _item(record, record_known[0])
+        entry = {"format": HISTORY_FORMAT, "seq": count}
+        changes[_index_key(keys.session, message["id"])] = _item(entry, None)
+        tail = [*tail, message]
+        count += 1
+        if len(tail) == PAGE_SIZE:
+            page = {"format": HISTORY_FORMAT, "messages": tail}
+            changes[_page_key(keys.session, count // PAGE_SIZE - 1)] = _item(page, None)
+            tail = []
+        head["format"], head["page_size"], head["count"], head["tail"] = (
+            HISTORY_FORMAT, PAGE_SIZE, count, tail,
+        )  # fmt: skip
+        changes[keys.head] = _item(head, head_known[0])
+        try:
+            etags = await self.storage.write(changes, unchanged=unchanged or None)
+        except ConflictError:
+            return None
+        for key in keys:
+            if key in etags:
+                self._learn(key, etags[key], changes[key].data or b"{}")
+        return _marker(record)
+
+    async def _append_read(
+        self,
+        session: Session,
+        event: Event,
+        ids: TurnIds,
+        deltas: dict[str, dict[str, Any]],
+        message: dict[str, Any],
+    ) -> str | None:
+        """Append in a turn that reads what it rests on first; the session's new marker, or
+        None when the history already holds this very event."""
+        try:
+            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
+                record = turn.scope(_SessionRecord.scope)
+                if not _belongs(record.document(), session.app_name):
+                    raise SessionNotFoundError(f"Session {session.id} not found.")
+                if not _is_fresh(session, record.document()):
+                    raise StaleSessionError(STALE)
+                if self.check_scoped_keys:
+                    _check_scoped(turn, session, deltas)
+                try:  # its one read finds the message id too
+                    await turn.history.append(message)
+                except HistoryError:
+                    if not await turn.history.holds([message["id"]]):
+                        raise
+                    turn.discard()
+                    return None
+                _apply(turn, deltas)
+                record["revision"] = int(record.get("revision", 0)) + 1
+                record["last_update_time"] = event.timestamp
+                return _marker(record.document())
+        except StateConflictError as exc:
+            raise StaleSessionError(STALE) from exc
 
     # --- helpers --------------------------------------------------------------------------
 
@@ -274,6 +398,27 @@ class AgentStateSessionService(BaseSessionService):
         self._events[message_id] = event
         if len(self._events) > EVENTS_REMEMBERED:
             self._events.popitem(last=False)
+
+    def _learn(self, key: str, etag: str | None, data: bytes) -> None:
+        """Remember `key` at version `etag` (None: absent) holding `data`."""
+        self._known[key] = (etag, data)
+        self._known.move_to_end(key)
+        if len(self._known) > DOCUMENTS_REMEMBERED:
+            self._known.popitem(last=False)
+
+    def _learn_found(self, keys: _Keys, found: dict[str, StoreItem]) -> None:
+        """Remember what a read found of `keys` (before the values are handed on)."""
+        for key in keys:
+            item = found.get(key)
+            if item is None:
+                self._learn(key, None, b"{}")
+            else:
+                self._learn(key, item.etag, item.data or orjson.dumps(item.value))
+
+    def _forget(self, keys: _Keys) -> None:
+        """Drop what is remembered of a session's documents (before reading them anew)."""
+        for key in keys:
+            self._known.pop(key, None)
 
     def _namespace(self, app_name: str) -> str | None:
         if not isinstance(app_name, str) or not app_name:
@@ -295,15 +440,6 @@ class AgentStateSessionService(BaseSessionService):
     def _session(self, turn: TurnState, record: dict[str, Any], events: list[Event]) -> Session:
         state = _merged(turn.session.document(), turn.app.document(), turn.user.document())
         return _build(record, record["id"], record["user_id"], record["app_name"], state, events)
-
-    @staticmethod
-    def _check_fresh(session: Session, record: dict[str, Any]) -> None:
-        marker = session._storage_update_marker
-        if marker is not None:
-            if marker != _marker(record):
-                raise StaleSessionError(STALE)
-        elif float(record.get("last_update_time", 0.0)) > session.last_update_time:
-            raise StaleSessionError(STALE)
 
 
 def _build(
@@ -370,13 +506,37 @@ def _apply(turn: TurnState, deltas: dict[str, dict[str, Any]]) -> None:
 def _check_scoped(turn: TurnState, session: Session, deltas: dict[str, dict[str, Any]]) -> None:
     """Raise the stale-session error if an `app:`/`user:` key the event sets is no longer
     what the session loaded (another writer changed it in between)."""
-    for scope, prefix in (("app", APP), ("user", USER)):
-        bucket = turn.scope(scope)
-        for key in deltas[scope]:
-            seen = session.state.get(prefix + key, _MISSING)
-            now = bucket.get(key, _MISSING)
-            if (_MISSING if seen is _MISSING else _json_safe({"v": seen})["v"]) != now:
-                raise StaleSessionError(f"{STALE} ({prefix}{key} changed meanwhile)")
+    for scope in ("app", "user"):
+        changed = _scoped_changed(session, scope, turn.scope(scope), deltas[scope])
+        if changed is not None:
+            raise StaleSessionError(f"{STALE} ({changed} changed meanwhile)")
+
+
+def _scoped_changed(
+    session: Session, scope: str, stored: AgentState | dict[str, Any], changes: dict[str, Any]
+) -> str | None:
+    """The first key of `changes` (to the `app` or `user` bucket `stored`) whose stored value
+    is not what `session` loaded, with its prefix; None when there is none."""
+    prefix = APP if scope == "app" else USER
+    for key in changes:
+        seen = session.state.get(prefix + key, _MISSING)
+        now = stored.get(key, _MISSING)
+        if (_MISSING if seen is _MISSING else _json_safe({"v": seen})["v"]) != now:
+            return prefix + key
+    return None
+
+
+def _is_fresh(session: Session, record: dict[str, Any]) -> bool:
+    """Whether `session` is of the stored session `record` at its latest revision."""
+    marker = session._storage_update_marker
+    if marker is not None:
+        return bool(marker == _marker(record))
+    return float(record.get("last_update_time", 0.0)) <= session.last_update_time
+
+
+def _item(value: dict[str, Any], etag: str | None) -> StoreItem:
+    """A write of `value` (JSON built here) conditional on `etag` (None: create only)."""
+    return StoreItem(value, etag, orjson.dumps(value))
 
 
 def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
@@ -414,6 +574,44 @@ def _role(event: Event) -> str:
 def _text(stored: dict[str, Any]) -> str:
     parts = (stored.get("content") or {}).get("parts") or []
     return "".join(part["text"] for part in parts if isinstance(part.get("text"), str))
+
+
+def _history_key(session: str) -> str:
+    """The history head of the session at key `session` (docs/history.md)."""
+    return f"{session}/history"
+
+
+def _page_key(session: str, number: int) -> str:
+    """A full page of that history."""
+    return f"{session}/history/pages/{number}"
+
+
+def _index_key(session: str, message_id: str) -> str:
+    """Where a message of that history sits."""
+    return f"{session}/history/ids/{escape_segment(message_id, what='message id')}"
+
+
+def _recent(head: StoreItem | None, config: GetSessionConfig | None) -> list[Any] | None:
+    """The history messages `config` asks for, when all are in the tail of the history head
+    as read (the last messages); None when some are on pages or the head is not a history
+    head of our format, for `_messages` to read (or refuse)."""
+    if head is None:
+        return []
+    count, tail = head.value.get("count"), head.value.get("tail")
+    if (
+        head.value.get("format") != HISTORY_FORMAT or head.value.get("page_size") != PAGE_SIZE
+        or type(count) is not int or type(tail) is not list
+    ):  # fmt: skip
+        return None
+    wanted = count
+    if config is not None and config.num_recent_events is not None:
+        recent = config.num_recent_events
+        if type(recent) is not int or recent < 0:
+            return None
+        wanted = min(count, recent)
+    if wanted > len(tail):
+        return None
+    return tail[len(tail) - wanted :] if wanted else []
 
 
 async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[dict[str, Any]]:

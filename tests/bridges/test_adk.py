@@ -196,3 +196,84 @@ async def test_user_state_is_shared_with_an_agent_state_bot(storage: Storage) ->
     }  # fmt: skip
     await bot.process(activity)
     assert await service.get_user_state(app_name=APP, user_id=USER) == {"visits": 2}
+
+
+async def test_an_append_after_a_load_reads_nothing_and_writes_once(storage: Storage) -> None:
+    service = AgentStateSessionService(storage)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s", state={"n": 0})
+    session = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert session is not None
+    reads: list[list[str]] = []
+    writes: list[list[str]] = []
+    read, write = storage.read, storage.write
+
+    async def counted_read(keys: Any) -> Any:
+        reads.append(list(keys))
+        return await read(keys)
+
+    async def counted_write(changes: Any, **options: Any) -> Any:
+        writes.append(list(changes))
+        return await write(changes, **options)
+
+    storage.read, storage.write = counted_read, counted_write  # type: ignore[method-assign]
+    await service.append_event(session, event({"n": 1, "user:seen": True}, text="one"))
+    await service.append_event(session, event({"n": 2}, text="two", author="model"))
+    assert reads == [] and len(writes) == 2
+    storage.read, storage.write = read, write  # type: ignore[method-assign]
+    async with open_turn(storage, ids(session)) as state:
+        assert state.session.document() == {"n": 2} and state.user.document() == {"seen": True}
+        assert [m["content"] for m in await state.history.first(10)] == ["one", "two"]
+    loaded = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert loaded is not None and loaded.events == session.events and loaded == session
+
+
+async def test_a_version_moved_by_another_writer_is_read_again_and_nothing_lost(
+    storage: Storage,
+) -> None:
+    service, other = AgentStateSessionService(storage), AgentStateSessionService(storage)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s1")
+    session = await service.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert session is not None
+    elsewhere = await other.create_session(app_name=APP, user_id=USER, session_id="s2")
+    await other.append_event(elsewhere, event({"user:y": 1}))  # the user bucket moves on
+    await service.append_event(session, event({"user:x": 5, "n": 1}))
+    assert await service.get_user_state(app_name=APP, user_id=USER) == {"y": 1, "x": 5}
+    again = await other.get_session(app_name=APP, user_id=USER, session_id="s1")
+    assert again is not None and again.state == {"n": 1, "user:x": 5, "user:y": 1}
+    await other.append_event(again, event({"n": 2}))  # `service` now holds an old record
+    with pytest.raises(StaleSessionError, match="modified in storage"):
+        await service.append_event(session, event({"n": 99}))
+
+
+async def test_a_history_longer_than_a_page_reads_back_whole(storage: Storage) -> None:
+    service = AgentStateSessionService(storage)
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    events = [event(text=str(i)) for i in range(70)]
+    for e in events:
+        await service.append_event(session, e)
+    async with open_turn(storage, ids(session)) as state:
+        assert await state.history.count() == 70
+        messages = await state.history.first(70)
+        assert [m["content"] for m in messages] == [str(i) for i in range(70)]
+        assert await state.history.holds([m["id"] for m in messages]) == {m["id"] for m in messages}
+        assert await state.history.after(messages[40]["id"], 2) == messages[41:43]
+    loaded = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert loaded is not None and loaded.events == events
+    recent = await service.get_session(
+        app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(num_recent_events=40)
+    )
+    assert recent is not None and recent.events == events[30:]
+    tail = await service.get_session(
+        app_name=APP, user_id=USER, session_id="s", config=GetSessionConfig(num_recent_events=3)
+    )
+    assert tail is not None and tail.events == events[67:]
+
+
+def test_an_append_written_at_once_follows_the_librarys_history_layout() -> None:
+    from agent_state import _history, _keys
+    from agent_state.bridges import adk
+
+    assert (adk.HISTORY_FORMAT, adk.PAGE_SIZE) == (_history.FORMAT, _history.PAGE_SIZE)
+    assert adk._history_key("a/s") == _keys.history_key("a/s")
+    assert adk._page_key("a/s", 3) == _keys.history_page_key("a/s", 3)
+    assert adk._index_key("a/s", "e/1~x") == _keys.history_index_key("a/s", "e/1~x")
