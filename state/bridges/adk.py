@@ -134,6 +134,8 @@ class AgentStateSessionService(BaseSessionService):
         self._events: OrderedDict[str, Event] = OrderedDict()
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
+        self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
+        """(app name, user id, session id) -> the session's ids and document keys."""
         self._heads: dict[str, tuple[bytes, dict[str, Any]]] = {}
         """History head key -> (its bytes in `_known`, them decoded), read-only here, so an
         append after a load or an append does not decode the head's tail again."""
@@ -178,8 +180,7 @@ class AgentStateSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
-        ids = self._ids(app_name, user_id, session_id)
-        keys = _Keys.of(ids)
+        ids, keys = self._located(app_name, user_id, session_id)
         found = await self.storage.read(keys)  # the buckets, record and history head at once
         self._learn_found(keys, found)
         record = _value(found, keys.record)
@@ -273,8 +274,7 @@ class AgentStateSessionService(BaseSessionService):
         message = {
             "id": message_id, "role": _role(event), "content": _text(stored), "adk_event": stored,
         }  # fmt: skip
-        ids = self._ids(session.app_name, session.user_id, session.id)
-        keys = _Keys.of(ids)
+        ids, keys = self._located(session.app_name, session.user_id, session.id)
         marker = await self._append_known(session, event, keys, deltas, message)
         if marker is None:
             self._forget(keys)
@@ -437,6 +437,20 @@ class AgentStateSessionService(BaseSessionService):
         if not isinstance(app_name, str) or not app_name:
             raise ValueError("app_name must be a non-empty str")
         return app_name if isinstance(self.namespace, EllipsisType) else self.namespace
+
+    def _located(self, app_name: str, user_id: str, session_id: str) -> tuple[TurnIds, _Keys]:
+        """A session's ids and document keys (worked out once per session while remembered)."""
+        place = (app_name, user_id, session_id)
+        if type(app_name) is not str or type(user_id) is not str or type(session_id) is not str:
+            ids = self._ids(app_name, user_id, session_id)  # raises, or takes a str subclass
+            return ids, _Keys.of(ids)
+        known = self._places.get(place)
+        if known is None:
+            ids = self._ids(app_name, user_id, session_id)
+            known = self._places[place] = (ids, _Keys.of(ids))
+            if len(self._places) > DOCUMENTS_REMEMBERED:
+                self._places.popitem(last=False)
+        return known
 
     def _ids(self, app_name: str, user_id: str, session_id: str) -> TurnIds:
         for name, value in (("user_id", user_id), ("session_id", session_id)):
