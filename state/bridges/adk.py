@@ -6,6 +6,7 @@ Needs the `.[adk]` extra (google-adk). See docs/adk.md.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 import uuid
@@ -133,6 +134,11 @@ class AgentStateSessionService(BaseSessionService):
         self._events: OrderedDict[str, Event] = OrderedDict()
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
+        self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
+        """(app name, user id, session id) -> the session's ids and document keys."""
+        self._heads: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        """History head key -> (its bytes in `_known`, them decoded), read-only here, so an
+        append after a load or an append does not decode the head's tail again."""
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -174,21 +180,23 @@ class AgentStateSessionService(BaseSessionService):
         config: GetSessionConfig | None = None,
     ) -> Session | None:
         session_id = session_id.strip() if session_id else session_id
-        ids = self._ids(app_name, user_id, session_id)
-        keys = _Keys.of(ids)
+        ids, keys = self._located(app_name, user_id, session_id)
         found = await self.storage.read(keys)  # the buckets, record and history head at once
         self._learn_found(keys, found)
         record = _value(found, keys.record)
         if not _belongs(record, app_name):
             return None
-        messages = _recent(found.get(keys.head), config)
+        head = found.get(keys.head)
+        messages = _recent(head, config)
+        if head is not None and messages is not None and head.data is not None:
+            self._heads[keys.head] = (head.data, head.value)
         if messages is None:  # some are on pages (or the head is not one we know): ask it
             turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
             try:
                 messages = await _messages(turn, config)
             finally:
                 turn.close()
-        events = [self._event(message) for message in messages]
+        events = copy.deepcopy([self._event(message) for message in messages])
         if config is not None and config.after_timestamp is not None:
             events = _after(events, config.after_timestamp)
         state = _merged(
@@ -266,8 +274,7 @@ class AgentStateSessionService(BaseSessionService):
         message = {
             "id": message_id, "role": _role(event), "content": _text(stored), "adk_event": stored,
         }  # fmt: skip
-        ids = self._ids(session.app_name, session.user_id, session.id)
-        keys = _Keys.of(ids)
+        ids, keys = self._located(session.app_name, session.user_id, session.id)
         marker = await self._append_known(session, event, keys, deltas, message)
         if marker is None:
             self._forget(keys)
@@ -300,7 +307,9 @@ class AgentStateSessionService(BaseSessionService):
         record = orjson.loads(record_known[1])
         if not _belongs(record, session.app_name) or not _is_fresh(session, record):
             return None
-        head = orjson.loads(head_known[1])
+        decoded = self._heads.get(keys.head)
+        head = dict(decoded[1]) if decoded and decoded[0] is head_known[1] else None
+        head = head if head is not None else orjson.loads(head_known[1])
         count, tail = head.get("count", 0), head.get("tail", [])
         if head and (
             head.get("format") != HISTORY_FORMAT or head.get("page_size") != PAGE_SIZE
@@ -339,7 +348,7 @@ class AgentStateSessionService(BaseSessionService):
         head["format"], head["page_size"], head["count"], head["tail"] = (
             HISTORY_FORMAT, PAGE_SIZE, count, tail,
         )  # fmt: skip
-        changes[keys.head] = _item(head, head_known[0])
+        changes[keys.head] = written = _item(head, head_known[0])
         try:
             etags = await self.storage.write(changes, unchanged=unchanged or None)
         except ConflictError:
@@ -347,6 +356,8 @@ class AgentStateSessionService(BaseSessionService):
         for key in keys:
             if key in etags:
                 self._learn(key, etags[key], changes[key].data or b"{}")
+        assert written.data is not None
+        self._heads[keys.head] = (written.data, head)
         return _marker(record)
 
     async def _append_read(
@@ -385,14 +396,15 @@ class AgentStateSessionService(BaseSessionService):
     # --- helpers --------------------------------------------------------------------------
 
     def _event(self, message: dict[str, Any]) -> Event:
-        """The caller's own copy of a history message's event (decoded once per service)."""
+        """A history message's event as this service remembers it (decoded once per service;
+        the caller copies it before handing it on)."""
         known = self._events.get(message["id"])
         if known is None:
             known = Event.model_validate(message["adk_event"])
             self._remember(message["id"], known)
-            return known.model_copy(deep=True)
+            return known
         self._events.move_to_end(message["id"])
-        return known.model_copy(deep=True)
+        return known
 
     def _remember(self, message_id: str, event: Event) -> None:
         self._events[message_id] = event
@@ -404,7 +416,7 @@ class AgentStateSessionService(BaseSessionService):
         self._known[key] = (etag, data)
         self._known.move_to_end(key)
         if len(self._known) > DOCUMENTS_REMEMBERED:
-            self._known.popitem(last=False)
+            self._heads.pop(self._known.popitem(last=False)[0], None)
 
     def _learn_found(self, keys: _Keys, found: dict[str, StoreItem]) -> None:
         """Remember what a read found of `keys` (before the values are handed on)."""
@@ -419,11 +431,26 @@ class AgentStateSessionService(BaseSessionService):
         """Drop what is remembered of a session's documents (before reading them anew)."""
         for key in keys:
             self._known.pop(key, None)
+        self._heads.pop(keys.head, None)
 
     def _namespace(self, app_name: str) -> str | None:
         if not isinstance(app_name, str) or not app_name:
             raise ValueError("app_name must be a non-empty str")
         return app_name if isinstance(self.namespace, EllipsisType) else self.namespace
+
+    def _located(self, app_name: str, user_id: str, session_id: str) -> tuple[TurnIds, _Keys]:
+        """A session's ids and document keys (worked out once per session while remembered)."""
+        place = (app_name, user_id, session_id)
+        if type(app_name) is not str or type(user_id) is not str or type(session_id) is not str:
+            ids = self._ids(app_name, user_id, session_id)  # raises, or takes a str subclass
+            return ids, _Keys.of(ids)
+        known = self._places.get(place)
+        if known is None:
+            ids = self._ids(app_name, user_id, session_id)
+            known = self._places[place] = (ids, _Keys.of(ids))
+            if len(self._places) > DOCUMENTS_REMEMBERED:
+                self._places.popitem(last=False)
+        return known
 
     def _ids(self, app_name: str, user_id: str, session_id: str) -> TurnIds:
         for name, value in (("user_id", user_id), ("session_id", session_id)):
