@@ -27,7 +27,7 @@ import orjson
 from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
-from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds, remaining
 
 SWEEP_PER_WRITE = 4
 """Expired documents a write may drop beyond one per key it writes (so drops keep up)."""
@@ -106,7 +106,10 @@ class MemoryStorage(Storage):
         items = {}
         for key, entry in found:
             if entry.data is not None:
-                items[key] = StoreItem(orjson.loads(entry.data), entry.etag, entry.data)
+                value = orjson.loads(entry.data)
+                items[key] = StoreItem(
+                    value, entry.etag, entry.data, remaining(entry.expires_at, now)
+                )
             else:
                 envelope = unwrap(key, entry.raw or b"")
                 items[key] = StoreItem(envelope.data, entry.etag, envelope.raw_data)
