@@ -35,6 +35,9 @@ HEAP_SLACK = 64
 """Heap entries allowed beyond twice the stored documents before the heap is rebuilt."""
 
 
+LIST_PAGE = 1000
+"""Keys a listing takes from the store at a time."""
+
 @dataclass(slots=True)
 class _Entry:
     """One stored document: its JSON `data` as written, or planted envelope bytes (`raw`)."""
@@ -151,15 +154,23 @@ class MemoryStorage(Storage):
                     del self._entries[key]
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
-        now = self._clock()
-        with self._lock:
-            keys = sorted(
-                key
-                for key, entry in self._entries.items()
-                if key.startswith(prefix) and not expired(entry.expires_at, now)
-            )
-        for key in keys:
-            yield key
+        """The keys in key order, a page at a time: a listing never holds a copy of every
+        key (a store-wide export runs in constant memory)."""
+        after = ""
+        while True:
+            now = self._clock()
+            with self._lock:
+                page = heapq.nsmallest(
+                    LIST_PAGE,
+                    (key for key, entry in self._entries.items()
+                     if key > after and key.startswith(prefix)
+                     and not expired(entry.expires_at, now)),
+                )  # fmt: skip
+            for key in page:
+                yield key
+            if len(page) < LIST_PAGE:
+                return
+            after = page[-1]
 
     def _drop_expired(self, now: float, most: int) -> None:
         """Drop up to `most` expired documents, earliest first; rebuild the heap when it holds

@@ -24,6 +24,14 @@ if TYPE_CHECKING:
         open_user,
         read_state,
     )
+    from ._backup import (
+        BackupReport,
+        IncompleteExportError,
+        RestoreReport,
+        UnlistableStoreError,
+        export_store,
+        import_store,
+    )
     from ._bucket import AgentState
     from ._context import TurnContext
     from ._delivery import ActivityClaimedError, ActivityConflictError
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
         StateValueError,
     )
     from ._events import add_event_listener
+    from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
     from ._history import History, HistoryError
     from ._ids import TurnIds
     from ._keys import (
@@ -78,13 +87,16 @@ _HOMES = {
     "AgentApplication": "._app",
     "AgentState": "._bucket",
     "AppState": "._scopes",
+    "BackupReport": "._backup",
     "ChannelAccount": "._activity",
     "ConversationAccount": "._activity",
     "ConversationState": "._scopes",
     "History": "._history",
     "HistoryError": "._history",
+    "IncompleteExportError": "._backup",
     "MissingIdError": "._errors",
     "ParsedKey": "._keys",
+    "RestoreReport": "._backup",
     "Run": "._runs",
     "RunConflictError": "._runs",
     "RunStateError": "._runs",
@@ -102,6 +114,9 @@ _HOMES = {
     "TurnContext": "._context",
     "TurnIds": "._ids",
     "TurnState": "._turn_state",
+    "UnknownUserError": "._forget",
+    "UnlistableStoreError": "._backup",
+    "UserDataReport": "._forget",
     "UserState": "._scopes",
     "accept_run": "._runs",
     "add_event_listener": "._events",
@@ -110,6 +125,10 @@ _HOMES = {
     "conversation_key": "._keys",
     "edit_state": "._background",
     "escape_segment": "._keys",
+    "export_store": "._backup",
+    "export_user": "._forget",
+    "forget_user": "._forget",
+    "import_store": "._backup",
     "list_conversations": "._background",
     "list_users": "._background",
     "literal": "._runs",
@@ -136,13 +155,16 @@ __all__ = [
     "AgentApplication",
     "AgentState",
     "AppState",
+    "BackupReport",
     "ChannelAccount",
     "ConversationAccount",
     "ConversationState",
     "History",
     "HistoryError",
+    "IncompleteExportError",
     "MissingIdError",
     "ParsedKey",
+    "RestoreReport",
     "Run",
     "RunConflictError",
     "RunStateError",
@@ -160,6 +182,9 @@ __all__ = [
     "TurnContext",
     "TurnIds",
     "TurnState",
+    "UnknownUserError",
+    "UnlistableStoreError",
+    "UserDataReport",
     "UserState",
     "accept_run",
     "add_event_listener",
@@ -168,6 +193,10 @@ __all__ = [
     "conversation_key",
     "edit_state",
     "escape_segment",
+    "export_store",
+    "export_user",
+    "forget_user",
+    "import_store",
     "list_conversations",
     "list_users",
     "literal",

@@ -28,7 +28,9 @@ PUBLIC_MODULES = {
         "edit_state", "escape_segment", "list_conversations", "list_users", "literal",
         "model_messages", "next_turn", "open_run", "open_state", "open_storage", "open_turn",
         "open_user", "parse_key", "read_state", "session_key", "unescape_segment", "user_key",
-        "write_group",
+        "write_group", "BackupReport", "RestoreReport", "IncompleteExportError",
+        "UnlistableStoreError", "export_store", "import_store", "UnknownUserError",
+        "UserDataReport", "export_user", "forget_user",
     ],
     "agent_state.backends": [
         "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",

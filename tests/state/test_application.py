@@ -215,6 +215,9 @@ async def test_handler_gets_context_and_state_and_state_persists(
         session_key("test", "c1", "ada"): {"topic": "two"},
         session_key("test", "c1", "bob"): {"topic": "three"},
         app_key("bot"): {"turns": 3},
+        # each user's index entry of their session, written with the session's first save
+        f"{user_key('test', 'ada')}/sessions/c1": {"session": session_key("test", "c1", "ada")},
+        f"{user_key('test', 'bob')}/sessions/c1": {"session": session_key("test", "c1", "bob")},
     }
 
 
@@ -252,6 +255,7 @@ async def test_ids_come_from_the_activity_and_the_namespace(storage: CountingSto
         conversation_key("msteams", "19:x@thread.v2", namespace="tenant-a"),
         session_key("msteams", "19:x@thread.v2", "29:1/abc", namespace="tenant-a"),
         app_key("bot", namespace="tenant-a"),
+        user_key("msteams", "29:1/abc", namespace="tenant-a") + "/sessions/19:x@thread.v2",
     }
 
 
