@@ -9,11 +9,13 @@ the delivery records `C/activities/...` whose stored activities name the user. C
 buckets (`C`) are shared by every member and are kept.
 
 A forget first writes the marker `U/forgetting`, then deletes the user's documents pass after
-pass until a pass finds none, then removes the marker. A turn of the user that read any of
-those documents before they went is refused at its save (its read checks and versions no
-longer hold), and re-runs on an empty state; a forget that dies half way leaves the marker,
-and the next `forget_user` or `export_user` of that user (the reader that settles it)
-finishes the forget first.
+pass until a pass finds none, and only then the index entries, each at the version it read
+(a turn that saved its session again meanwhile rewrote its entry: the delete is refused and
+another pass finds what it saved), then removes the marker. So no session document outlives
+the entry that finds it. A turn of the user that read any of those documents before they
+went is refused at its save (its read checks and versions no longer hold) and re-runs on an
+empty state. A forget that dies half way leaves the marker, and the next `forget_user` or
+`export_user` of that user (the reader that settles it) finishes the forget first.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ._backup import Progress, document_line, listing
 from ._errors import StateError
 from ._keys import conversation_key, forgetting_key, session_key, thread_owner_key, user_key
 from ._keys import unescape_segment as _unescape
-from .backends import Storage, StoreItem
+from .backends import ConflictError, Storage, StoreItem
 
 PASSES = 8
 """How many passes a forget makes at most before it reports what is left: a pass finds only
@@ -80,9 +82,9 @@ class _Finder:
             found.update(await self.storage.read(batch))
         return found
 
-    async def find(self) -> list[str]:
-        """Every key of the user's documents (the marker excluded), sessions' first and the
-        user's own keys last, so a pass that stops early leaves the index intact."""
+    async def find(self) -> tuple[list[str], list[str]]:
+        """The keys of the user's documents (the marker excluded) but their index entries,
+        and the index entries."""
         own = await self.keys(self.root + "/")
         marker = forgetting_key(self.root)
         sessions = [key for key in own if key.rsplit("/", 2)[-2] == "sessions"]
@@ -96,10 +98,10 @@ class _Finder:
             buckets.append(session)
         existing = await self.read(buckets)
         found += [key for key in buckets[1:] if key in existing]
-        found += [key for key in own if key != marker]
+        found += [key for key in own if key != marker and key not in sessions]
         if self.root in existing:
             found.append(self.root)
-        return found
+        return found, sessions
 
     async def _conversation_records(self, conversation: str) -> list[str]:
         """The records under the shared conversation that name the user: its AG-UI owner
@@ -131,19 +133,37 @@ async def forget_user(
     `UnknownUserError` when nothing is, before anything is written."""
     finder = _Finder(storage, channel_id, user_id, namespace)
     marker = forgetting_key(finder.root)
-    keys = await finder.find()
+    keys, entries = await finder.find()
     interrupted = marker in await finder.read([marker])
-    if not keys and not interrupted:
+    if not keys and not entries and not interrupted:
         raise UnknownUserError(channel_id, user_id)
     await storage.write({marker: StoreItem({"started": time.time()}, "*")})
-    await _delete_all(finder, keys, progress)
-    for _ in range(PASSES - 1):
-        keys = await finder.find()
-        if not keys:
+    for number in range(PASSES):
+        if number:
+            keys, entries = await finder.find()
+        if keys:
+            await _delete_all(finder, keys, progress)
+        elif await _delete_entries(finder, entries, progress):
             break
-        await _delete_all(finder, keys, progress)
     await storage.delete([marker])
     return finder.report
+
+
+async def _delete_entries(finder: _Finder, entries: list[str], progress: Progress | None) -> bool:
+    """Delete the index entries at the versions read once their sessions are gone; False
+    when a turn rewrote one meanwhile (it saved a session again: another pass finds it)."""
+    versions = await finder.read(entries)
+    try:
+        await finder.storage.delete(
+            list(versions), if_match={key: item.etag for key, item in versions.items() if item.etag}
+        )
+    except ConflictError:
+        return False
+    finder.report.documents += len(versions)
+    finder.report.passes += 1
+    if progress is not None:
+        progress(len(versions))
+    return True
 
 
 async def _delete_all(finder: _Finder, keys: list[str], progress: Progress | None) -> None:
@@ -171,7 +191,8 @@ async def export_user(
     finished first). `report` is given what finding the documents cost."""
     finder = _Finder(storage, channel_id, user_id, namespace)
     marker = forgetting_key(finder.root)
-    keys = await finder.find()
+    documents, entries = await finder.find()
+    keys = documents + entries
     if marker in await finder.read([marker]):
         await forget_user(storage, channel_id, user_id, namespace=namespace)
         keys = []
