@@ -38,6 +38,7 @@ HEAP_SLACK = 64
 LIST_PAGE = 1000
 """Keys a listing takes from the store at a time."""
 
+
 @dataclass(slots=True)
 class _Entry:
     """One stored document: its JSON `data` as written, or planted envelope bytes (`raw`)."""

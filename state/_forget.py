@@ -118,7 +118,7 @@ def _names(value: Any, user: str) -> bool:
         return any(_names(member, user) for member in value.values())
     if isinstance(value, list):
         return any(_names(member, user) for member in value)
-    return value == user
+    return isinstance(value, str) and value == user
 
 
 async def forget_user(
