@@ -628,10 +628,12 @@ async def test_concurrent_turns_share_no_state(storage: CountingStorage) -> None
 
     assert storage.reads == 2 * len(pairs) and storage.writes == 2 * len(pairs)
     documents = await stored(storage)
-    assert len(documents) == 3 * len(pairs)
+    assert len(documents) == 4 * len(pairs)  # user, conversation, session, index entry
     for key, value in documents.items():
         parsed = parse_key(key)
-        if parsed.scope == "user":
+        if parsed.kind == "user_session":
+            assert value == {"session": session_key("test", parsed.record or "", parsed.user or "")}
+        elif parsed.scope == "user":
             assert value == {"id": parsed.user, "turns": 2}
         elif parsed.scope == "conversation":
             assert value == {"id": parsed.conversation}
