@@ -41,7 +41,8 @@ class StoreItem:
     data: bytes | None = field(default=None, compare=False)
     ttl: float | None = field(default=None, compare=False)
     """On `write`: seconds this document lives, overriding the batch's `ttl`. On `read`: the
-    seconds it has left (None: it lives for good), so a backup can restore it with them."""
+    seconds it has left (None: it lives for good), so a backup can restore it with them; at
+    most 0 on a store that removes an expired document a little late (Cosmos DB)."""
 
 
 def remaining(expires_at: float | None, now: float) -> float | None:

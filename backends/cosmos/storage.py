@@ -290,9 +290,7 @@ class CosmosStorage(Storage):
                     raise
         fields = {name: item[name] for name in _ENVELOPE_FIELDS if name in item}
         envelope = unwrap(key, orjson.dumps(fields))
-        ttl = remaining(envelope.expires_at, time.time())
-        if ttl is not None and ttl <= 0:  # the service removes it within a second or two
-            return None
+        ttl = remaining(envelope.expires_at, time.time())  # <= 0 until the service removes it
         return StoreItem(envelope.data, item["_etag"], envelope.raw_data, ttl)
 
     async def _write_one(

@@ -30,7 +30,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 async def seed(url: str) -> None:
     async with open_storage(url) as storage:
         app = application(storage)
-        await app.process(activity("ada", "c1", "ada-secret"))
+        await app.process(activity("ada.l", "c1", "ada-secret"))
         await app.process(activity("bob", "c1", "bob-said"))
 
 
@@ -74,18 +74,18 @@ def test_forget_user_deletes_the_user_and_reports_an_unknown_one(
 ) -> None:
     store = STORES[backend](str(tmp_path))
     asyncio.run(seed(store))
-    result = cli("forget-user", "--channel", CHANNEL, "--user", "ada", store=store)
+    result = cli("forget-user", "--channel", CHANNEL, "--user", "ada.l", store=store)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("forgot user 'ada' on channel 't': deleted ")
+    assert result.stdout.startswith("forgot user 'ada.l' on channel 't': deleted ")
 
     async def left() -> list[str]:
         async with open_storage(store) as storage:
-            return await leftovers(storage, "ada", ["ada-secret"])
+            return await leftovers(storage, "ada.l", ["ada-secret"])
 
     assert asyncio.run(left()) == []
     assert any("bob" in key for key in asyncio.run(documents(store)))
-    error = one_line_error(cli("forget-user", "--channel", CHANNEL, "--user", "ada", store=store))
-    assert "nothing is stored about user 'ada' on channel 't'" in error
+    error = one_line_error(cli("forget-user", "--channel", CHANNEL, "--user", "ada.l", store=store))
+    assert "nothing is stored about user 'ada.l' on channel 't'" in error
 
 
 def test_import_m365_moves_blobs_written_by_m365(tmp_path: Path) -> None:
