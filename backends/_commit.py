@@ -43,7 +43,7 @@ from ._errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds, remaining
 
 if TYPE_CHECKING:
     from ._base import Storage
@@ -162,7 +162,8 @@ async def settle(storage: Storage, items: dict[str, StoreItem]) -> None:
                 if intent.expires_at is not None and now >= intent.expires_at:
                     undo[key] = (None, items[key].etag)  # gone: so it can be created again
                 else:
-                    items[key] = StoreItem(intent.after, items[key].etag)
+                    ttl = remaining(intent.expires_at, now)
+                    items[key] = StoreItem(intent.after, items[key].etag, ttl=ttl)
             elif fate == ABORTED or (not intent.recorded and late):
                 undo[key] = (intent.before, items[key].etag)
             else:

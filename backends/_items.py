@@ -40,7 +40,14 @@ class StoreItem:
     etag: str | None = None
     data: bytes | None = field(default=None, compare=False)
     ttl: float | None = field(default=None, compare=False)
-    """On `write`: seconds this document lives, overriding the batch's `ttl`."""
+    """On `write`: seconds this document lives, overriding the batch's `ttl`. On `read`: the
+    seconds it has left (None: it lives for good), so a backup can restore it with them; at
+    most 0 on a store that removes an expired document a little late (Cosmos DB)."""
+
+
+def remaining(expires_at: float | None, now: float) -> float | None:
+    """The `ttl` a read reports for a document that expires at `expires_at` (Unix time)."""
+    return None if expires_at is None else expires_at - now
 
 
 @dataclass(slots=True)

@@ -27,12 +27,16 @@ import orjson
 from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
-from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds, remaining
 
 SWEEP_PER_WRITE = 4
 """Expired documents a write may drop beyond one per key it writes (so drops keep up)."""
 HEAP_SLACK = 64
 """Heap entries allowed beyond twice the stored documents before the heap is rebuilt."""
+
+
+LIST_PAGE = 1000
+"""Keys a listing takes from the store at a time."""
 
 
 @dataclass(slots=True)
@@ -106,7 +110,10 @@ class MemoryStorage(Storage):
         items = {}
         for key, entry in found:
             if entry.data is not None:
-                items[key] = StoreItem(orjson.loads(entry.data), entry.etag, entry.data)
+                value = orjson.loads(entry.data)
+                items[key] = StoreItem(
+                    value, entry.etag, entry.data, remaining(entry.expires_at, now)
+                )
             else:
                 envelope = unwrap(key, entry.raw or b"")
                 items[key] = StoreItem(envelope.data, entry.etag, envelope.raw_data)
@@ -148,15 +155,23 @@ class MemoryStorage(Storage):
                     del self._entries[key]
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
-        now = self._clock()
-        with self._lock:
-            keys = sorted(
-                key
-                for key, entry in self._entries.items()
-                if key.startswith(prefix) and not expired(entry.expires_at, now)
-            )
-        for key in keys:
-            yield key
+        """The keys in key order, a page at a time: a listing never holds a copy of every
+        key (a store-wide export runs in constant memory)."""
+        after = ""
+        while True:
+            now = self._clock()
+            with self._lock:
+                page = heapq.nsmallest(
+                    LIST_PAGE,
+                    (key for key, entry in self._entries.items()
+                     if key > after and key.startswith(prefix)
+                     and not expired(entry.expires_at, now)),
+                )  # fmt: skip
+            for key in page:
+                yield key
+            if len(page) < LIST_PAGE:
+                return
+            after = page[-1]
 
     def _drop_expired(self, now: float, most: int) -> None:
         """Drop up to `most` expired documents, earliest first; rebuild the heap when it holds

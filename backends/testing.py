@@ -455,6 +455,17 @@ class StorageContract(CommitContract):
             await storage.write({"k/bad": StoreItem({"v": 1}, ttl=-1)})
         assert await storage.read(["k/bad"]) == {}
 
+    async def test_a_read_reports_each_documents_remaining_ttl(self, storage: Storage) -> None:
+        await storage.write({"t/a": StoreItem({"v": 1}, ttl=600), "t/b": StoreItem({"v": 1})})
+        await storage.write({"t/c": StoreItem({"v": 1})}, ttl=300)  # one key: no commit
+        found = await storage.read(["t/a", "t/b", "t/c"])
+        a, c = found["t/a"].ttl, found["t/c"].ttl
+        assert a is not None and 590 < a <= 600, a
+        assert c is not None and 290 < c <= 300, c
+        assert found["t/b"].ttl is None
+        await storage.write({"t/c": StoreItem({"v": 2}, found["t/c"].etag)})  # no TTL now
+        assert (await storage.read(["t/c"]))["t/c"].ttl is None
+
     async def test_ttl_expiry(self, storage: Storage) -> None:
         ttl = 0.5
         await storage.write({"k/ttl": StoreItem({"v": 1}), "k/keep": StoreItem({"v": 1})}, ttl=None)

@@ -24,6 +24,14 @@ if TYPE_CHECKING:
         open_user,
         read_state,
     )
+    from ._backup import (
+        BackupReport,
+        IncompleteExportError,
+        RestoreReport,
+        UnlistableStoreError,
+        export_store,
+        import_store,
+    )
     from ._bucket import AgentState
     from ._context import TurnContext
     from ._delivery import ActivityClaimedError, ActivityConflictError
@@ -39,6 +47,7 @@ if TYPE_CHECKING:
         StateValueError,
     )
     from ._events import add_event_listener
+    from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
     from ._history import History, HistoryError, check_message
     from ._ids import TurnIds
     from ._keys import (
@@ -84,13 +93,16 @@ _HOMES = {
     "AgentApplication": "._app",
     "AgentState": "._bucket",
     "AppState": "._scopes",
+    "BackupReport": "._backup",
     "ChannelAccount": "._activity",
     "ConversationAccount": "._activity",
     "ConversationState": "._scopes",
     "History": "._history",
     "HistoryError": "._history",
+    "IncompleteExportError": "._backup",
     "MissingIdError": "._errors",
     "ParsedKey": "._keys",
+    "RestoreReport": "._backup",
     "Run": "._runs",
     "RunConflictError": "._runs",
     "Record": "._document",
@@ -110,6 +122,9 @@ _HOMES = {
     "TurnQueues": "._queue",
     "TurnIds": "._ids",
     "TurnState": "._turn_state",
+    "UnknownUserError": "._forget",
+    "UnlistableStoreError": "._backup",
+    "UserDataReport": "._forget",
     "UserState": "._scopes",
     "accept_run": "._runs",
     "add_event_listener": "._events",
@@ -119,6 +134,10 @@ _HOMES = {
     "conversation_key": "._keys",
     "edit_state": "._background",
     "escape_segment": "._keys",
+    "export_store": "._backup",
+    "export_user": "._forget",
+    "forget_user": "._forget",
+    "import_store": "._backup",
     "list_conversations": "._background",
     "list_users": "._background",
     "literal": "._runs",
@@ -149,14 +168,17 @@ __all__ = [
     "AgentApplication",
     "AgentState",
     "AppState",
+    "BackupReport",
     "ChannelAccount",
     "ConversationAccount",
     "ConversationState",
     "History",
     "HistoryError",
+    "IncompleteExportError",
     "MissingIdError",
     "ParsedKey",
     "Record",
+    "RestoreReport",
     "Run",
     "RunConflictError",
     "RunStateError",
@@ -175,6 +197,9 @@ __all__ = [
     "TurnIds",
     "TurnQueues",
     "TurnState",
+    "UnknownUserError",
+    "UnlistableStoreError",
+    "UserDataReport",
     "UserState",
     "accept_run",
     "add_event_listener",
@@ -185,6 +210,10 @@ __all__ = [
     "edit_state",
     "escape_segment",
     "execute_run",
+    "export_store",
+    "export_user",
+    "forget_user",
+    "import_store",
     "list_conversations",
     "list_users",
     "literal",

@@ -23,9 +23,15 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | run             | `S/runs/{run id}`                          | `C`                  |
 | agui_owner      | `C/agui-owner`, `C/agui-owner/{app_name}`  | `C`                  |
 | agui_sent       | `S/agui`                                   | `C`                  |
+| user_session    | `N/{channel}/users/{user}/sessions/{conv}` | the key itself       |
+| user_forgetting | `N/{channel}/users/{user}/forgetting`      | the key itself       |
 
 So a turn's conversation, session and every record it writes beside them commit in one
-write group (one Redis slot, one Cosmos DB partition).
+write group (one Redis slot, one Cosmos DB partition). The per-user index (`user_session`,
+one per conversation the user has a session in) is written in the same all-or-nothing batch
+as the session bucket, history head or AG-UI document that starts a session
+(`session_index_key`), so `forget_user` finds a user's sessions by listing the user's own
+keys; `user_forgetting` marks a forget under way until it is done (see `state/_forget.py`).
 """
 
 from __future__ import annotations
@@ -193,6 +199,27 @@ def thread_sent_key(session: str) -> str:
     return f"{session}/agui"
 
 
+def session_index_key(key: str) -> tuple[str, str] | None:
+    """For a key that starts a session (`S`, `S/history` or `S/agui`, where `S` may be an
+    agent's `.../agents/{app}`): the user's index entry of that session,
+    `N/{channel}/users/{user}/sessions/{conversation}` (one for all agents of it), and the
+    session's key without an agent, which the entry holds. None for any other key."""
+    parts = key.split("/")
+    bucket = [parts, parts[:-1] if parts[-1] in ("history", "agui") else None]
+    for session in bucket + [b[:-2] for b in bucket if b and len(b) > 2 and b[-2] == "agents"]:
+        if session and len(session) >= 5 and session[-2] == "users":
+            if session[-4] == "conversations" and len(session) <= 6:
+                *head, channel, _, conversation, _, user = session
+                entry = "/".join((*head, channel, "users", user, "sessions", conversation))
+                return entry, "/".join(session)
+    return None
+
+
+def forgetting_key(user: str) -> str:
+    """`U/forgetting` for the user key `user`: present while a forget of that user is under way."""
+    return f"{user}/forgetting"
+
+
 def app_key(app_name: str, *, namespace: str | None = None) -> str:
     """`app/{app_name}`: global to the application."""
     return namespaced(namespace, "app", escape_segment(app_name, what="app name"))
@@ -223,7 +250,8 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
 _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
     "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner",
                      ("agui-owner", True): "agui_owner"},
-    "user": {("activities", True): "activity"},
+    "user": {("activities", True): "activity", ("sessions", True): "user_session",
+             ("forgetting", False): "user_forgetting"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",
                 ("history", "ids"): "history_index", ("runs", True): "run",
                 ("agui", False): "agui_sent"},

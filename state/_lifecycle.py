@@ -21,10 +21,11 @@ from ._document import Document
 from ._errors import StateConflictError
 from ._events import report
 from ._ids import TurnIds
+from ._keys import session_index_key
 from ._plan import Scopes
 from ._queue import TurnQueues
 from ._turn_state import TurnState
-from .backends import ConflictError, Storage
+from .backends import ConflictError, Storage, StoreItem
 
 T = TypeVar("T")
 
@@ -57,9 +58,11 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     so a save never rests on a value another writer changed meanwhile; one the turn read at an
     older schema version (migrated on load) is written migrated instead. The batch is
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
-    the scopes (or record kinds), and every document keeps its changes for a retry.
+    the scopes (or record kinds), and every document keeps its changes for a retry. A batch
+    that starts a session also writes the user's index entry of it (`session_index_key`), so
+    no session is ever stored without the entry `forget_user` finds it by.
     """
-    pending = {}
+    pending: dict[str, tuple[Document, StoreItem]] = {}
     read: dict[str, Document] = {}
     for document in documents:
         key = document.key
@@ -78,16 +81,27 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
             pending[key] = (document, upgrade)
             del read[key]
     unchanged = {key: document.etag for key, document in read.items()} or None
+    changes = {key: item for key, (_, item) in pending.items()}
+    for key, item in list(changes.items()):
+        if item.etag is None and (index := session_index_key(key)) is not None:
+            changes[index[0]] = StoreItem({"session": index[1]}, "*")
     try:
-        etags = await storage.write(
-            {key: item for key, (_, item) in pending.items()}, unchanged=unchanged
-        )
+        etags = await storage.write(changes, unchanged=unchanged)
     except ConflictError as exc:
-        scopes = [(pending[key][0] if key in pending else read[key]).kind for key in exc.keys]
+        scopes = [_kind(key, pending, read) for key in exc.keys]
         report("conflict", scopes=scopes, keys=len(exc.keys))
         raise StateConflictError(exc.keys, scopes=scopes) from exc
-    for key, etag in etags.items():
-        pending[key][0].mark_saved(etag)
+    for key, (document, _) in pending.items():
+        document.mark_saved(etags[key])
+
+
+def _kind(
+    key: str, pending: dict[str, tuple[Document, StoreItem]], read: dict[str, Document]
+) -> str:
+    """What a conflicting key of a save holds, for `StateConflictError`."""
+    if key in pending:
+        return pending[key][0].kind
+    return read[key].kind if key in read else "user_session"
 
 
 class ConflictRetries:

@@ -41,7 +41,8 @@ LAYERS = {
         Layer(CORE, frozenset({"agent_state.backends", "agent_state.jsonpatch"})),
         Layer("agent_state.agui", _TOP, public_only=True),
         Layer("agent_state.bridges", _TOP, public_only=True),
-        Layer("agent_state.cli", _TOP, public_only=True),
+        # the command line's import-m365 runs the M365 bridge's data mover
+        Layer("agent_state.cli", _TOP | {"agent_state.bridges"}, public_only=True),
         # `python -m agent_state` is the command line's second door
         Layer("agent_state.__main__", frozenset({"agent_state.cli"}), public_only=True),
         # telemetry wraps the public doors it measures, the AG-UI endpoint among them

@@ -29,6 +29,9 @@ PUBLIC_MODULES = {
         "open_run", "open_state", "open_storage", "open_turn", "open_user", "parse_key",
         "read_state", "session_key", "thread", "thread_owner_key", "thread_sent_key",
         "unescape_segment", "user_key", "write_group",
+        "BackupReport", "RestoreReport", "IncompleteExportError", "UnlistableStoreError",
+        "export_store", "import_store", "UnknownUserError", "UserDataReport", "export_user",
+        "forget_user",
     ],
     "agent_state.backends": [
         "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",

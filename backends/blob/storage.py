@@ -33,7 +33,7 @@ from .._base import Storage, WriteGroup, expired, gather_all
 from .._envelope import parse_head, unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, first_line, unavailable
 from .._errors import StorageConfigError
-from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, _Conflict, remaining
 from .._options import UrlOptions, count, seconds
 from .names import blob_name, is_hashed, key_for_name, list_prefix
 
@@ -264,7 +264,8 @@ class BlobStorage(Storage):
                 if expired(envelope.expires_at):
                     await self._remove_expired(blob, etag)
                     return None
-        return StoreItem(envelope.data, etag, envelope.raw_data)
+        ttl = remaining(envelope.expires_at, time.time())
+        return StoreItem(envelope.data, etag, envelope.raw_data, ttl)
 
     async def _write_one(
         self,

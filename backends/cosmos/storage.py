@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import math
 import os
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
@@ -40,7 +41,7 @@ from .._errors import (
     StorageConfigError,
     StorageUnavailableError,
 )
-from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, remaining
 from .._options import UrlOptions, count, seconds
 from .ids import item_id, partition_value
 
@@ -266,9 +267,11 @@ class CosmosStorage(Storage):
         against the 2 MB item limit."""
         body: dict[str, Any] = {"id": item_id(write.key), "pk": pk}
         body.update(envelope_fields(write.key, write.value))
-        if ttl is not None:
-            body["ttl"] = ttl
         envelope = envelope_size(write.key, write.data)
+        if ttl is not None and write.ttl is not None:
+            body["ttl"] = ttl
+            body["meta"]["expires_at"] = expires_at = time.time() + write.ttl
+            envelope += len(orjson.dumps({"expires_at": expires_at}))
         size = envelope + len(orjson.dumps([body["id"], pk, ttl])) + 32 + SYSTEM_RESERVE
         if size > MAX_ITEM_BYTES:
             raise StateTooLargeError(write.key, size, MAX_ITEM_BYTES)
@@ -287,7 +290,8 @@ class CosmosStorage(Storage):
                     raise
         fields = {name: item[name] for name in _ENVELOPE_FIELDS if name in item}
         envelope = unwrap(key, orjson.dumps(fields))
-        return StoreItem(envelope.data, item["_etag"], envelope.raw_data)
+        ttl = remaining(envelope.expires_at, time.time())  # <= 0 until the service removes it
+        return StoreItem(envelope.data, item["_etag"], envelope.raw_data, ttl)
 
     async def _write_one(
         self,

@@ -42,7 +42,15 @@ from .._base import Storage, WriteGroup, expired
 from .._envelope import Head, unwrap, wrap
 from .._error_map import unavailable
 from .._errors import FormatError, StorageConfigError
-from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from .._items import (
+    ANY,
+    CONFLICT,
+    Outcomes,
+    PreparedWrite,
+    StoreItem,
+    precondition_holds,
+    remaining,
+)
 from .._keys import KEYS_REMEMBERED, check_key
 from . import fileio
 from .filelock import StripedFileLocks
@@ -145,7 +153,8 @@ class FileStorage(Storage):
             if envelope.etag is None:
                 raise FormatError(key, "has no etag (it was not written by FileStorage)")
             if not expired(envelope.expires_at, now):
-                found[key] = StoreItem(envelope.data, envelope.etag, envelope.raw_data)
+                ttl = remaining(envelope.expires_at, now)
+                found[key] = StoreItem(envelope.data, envelope.etag, envelope.raw_data, ttl)
         return found
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from .._base import Storage, WriteGroup, missing_write_group
 from .._envelope import unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
-from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, remaining
 from .._options import UrlOptions, count, seconds
 from .layout import KeyLayout
 from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
@@ -183,7 +184,7 @@ class RedisStorage(Storage):
         groups = self._groups(keys)
         replies = await self._run(READ, [(_redis_keys(group), []) for group in groups], "read")
         _raise_first_error(replies, "read")
-        found = {}
+        found, now = {}, time.time()
         for group, values in zip(groups, replies, strict=True):
             for (key, _), value in zip(group, values, strict=True):
                 if value is None:
@@ -194,13 +195,14 @@ class RedisStorage(Storage):
                 if stored is None:
                     raise FormatError(key, "is not a Redis value written by agent-state")
                 envelope = unwrap(key, stored[1])
-                found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data)
+                ttl = remaining(envelope.expires_at, now)
+                found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data, ttl)
         return found
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         by_key = {write.key: write for write in writes}
         groups = self._groups(list(by_key))
-        calls = []
+        calls, now = [], time.time()
         for group in groups:
             args: list[str | bytes] = ["1"]  # one script per slot: all-or-nothing
             for key, _ in group:
@@ -210,7 +212,8 @@ class RedisStorage(Storage):
                     args += [expected, "check", b""]
                     continue
                 ttl_ms = str(max(1, round(write.ttl * 1000))) if write.ttl is not None else "0"
-                args += [expected, ttl_ms, wrap(key, write.data)]
+                expires = now + write.ttl if write.ttl is not None else None
+                args += [expected, ttl_ms, wrap(key, write.data, expires_at=expires)]
             calls.append((_redis_keys(group), args))
         replies = await self._run(WRITE, calls, "write")
         wrong: FormatError | None = None

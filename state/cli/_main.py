@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from agent_state import StateError
 from agent_state.backends import (
     ConflictError,
     FormatError,
@@ -24,7 +25,17 @@ from agent_state.backends import (
 
 from ._store import CommandError, Options
 
-COMMANDS = ("_inspect", "_ls", "_edit", "_migrate", "_doctor")
+COMMANDS = (
+    "_inspect",
+    "_ls",
+    "_edit",
+    "_migrate",
+    "_export",
+    "_import",
+    "_forget_user",
+    "_import_m365",
+    "_doctor",
+)
 """The modules whose `command` the group runs, in the order `--help` lists them."""
 
 
@@ -73,6 +84,8 @@ def run(argv: list[str]) -> int:
     except FormatError as exc:
         return _fail(f"{_line(exc)}: the stored format is not one this version reads", 1)
     except StorageError as exc:
+        return _fail(_line(exc), 1)
+    except StateError as exc:  # an unknown user, a half-finished export, a store that cannot list
         return _fail(_line(exc), 1)
     return status if isinstance(status, int) else 0
 

@@ -215,6 +215,9 @@ async def test_handler_gets_context_and_state_and_state_persists(
         session_key("test", "c1", "ada", agent="bot"): {"topic": "two"},
         session_key("test", "c1", "bob", agent="bot"): {"topic": "three"},
         app_key("bot"): {"turns": 3},
+        # each user's index entry of their session, written with the session's first save
+        f"{user_key('test', 'ada')}/sessions/c1": {"session": session_key("test", "c1", "ada")},
+        f"{user_key('test', 'bob')}/sessions/c1": {"session": session_key("test", "c1", "bob")},
     }
 
 
@@ -252,6 +255,7 @@ async def test_ids_come_from_the_activity_and_the_namespace(storage: CountingSto
         conversation_key("msteams", "19:x@thread.v2", namespace="tenant-a"),
         session_key("msteams", "19:x@thread.v2", "29:1/abc", agent="bot", namespace="tenant-a"),
         app_key("bot", namespace="tenant-a"),
+        user_key("msteams", "29:1/abc", namespace="tenant-a") + "/sessions/19:x@thread.v2",
     }
 
 
@@ -624,10 +628,12 @@ async def test_concurrent_turns_share_no_state(storage: CountingStorage) -> None
 
     assert storage.reads == 2 * len(pairs) and storage.writes == 2 * len(pairs)
     documents = await stored(storage)
-    assert len(documents) == 3 * len(pairs)
+    assert len(documents) == 4 * len(pairs)  # user, conversation, session, index entry
     for key, value in documents.items():
         parsed = parse_key(key)
-        if parsed.scope == "user":
+        if parsed.kind == "user_session":
+            assert value == {"session": session_key("test", parsed.record or "", parsed.user or "")}
+        elif parsed.scope == "user":
             assert value == {"id": parsed.user, "turns": 2}
         elif parsed.scope == "conversation":
             assert value == {"id": parsed.conversation}

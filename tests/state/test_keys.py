@@ -213,6 +213,7 @@ async def test_parse_key_reads_every_key_the_library_writes() -> None:
         thread_owner_key(conversation): ("conversation", "agui_owner", None),
         f"{conversation}/agui-owner/bot": ("conversation", "agui_owner", "bot"),
         thread_sent_key(session): ("session", "agui_sent", None),
+        "ns/ch/users/u/sessions/c": ("user", "user_session", "c"),
         **{f"{session}/history/ids/m%2F{i}": ("session", "history_index", f"m/{i}")
            for i in range(40)},
     }  # fmt: skip

@@ -42,6 +42,8 @@ IDS = TurnIds(
 USER = user_key("msteams", "29:ada")
 CONVERSATION = conversation_key("msteams", "19:c@thread.v2")
 SESSION = session_key("msteams", "19:c@thread.v2", "29:ada", agent="bot")
+INDEX = f"{USER}/sessions/19:c@thread.v2"
+"""The user's index entry of the session, written by the save that creates the session."""
 APP = app_key("bot")
 
 
@@ -125,11 +127,11 @@ async def test_save_writes_only_changed_buckets_in_one_batch(storage: CountingSt
     state["topic"] = "weather"
     state["temp:scratch"] = "never stored"
     await save(storage, state)
-    assert storage.writes == [sorted([USER, SESSION])]
+    assert storage.writes == [sorted([USER, SESSION, INDEX])]
     assert await storage.stored(USER) == {"name": "Ada"}
     assert await storage.stored(SESSION) == {"topic": "weather"}
     assert await storage.stored(CONVERSATION) is None
-    assert [key async for key in storage.list("")] == sorted([USER, SESSION])
+    assert [key async for key in storage.list("")] == sorted([USER, SESSION, INDEX])
 
 
 async def test_temp_is_never_read_or_written(storage: CountingStorage) -> None:
@@ -529,7 +531,7 @@ async def test_changes_to_different_members_merge_into_the_newer_version(
         "poll": {"ada": "yes"},
     }
     assert await storage.stored(SESSION) == {"topic": "session"}
-    assert storage.writes == [sorted([CONVERSATION, SESSION])] * 2  # atomic: all again
+    assert storage.writes == [sorted([CONVERSATION, SESSION, INDEX])] * 2  # atomic: all again
     assert b.conversation.etag == (await storage.read([CONVERSATION]))[CONVERSATION].etag
     await save(storage, b)
     assert len(storage.writes) == 2  # merged and saved: nothing left to write

@@ -1,0 +1,123 @@
+"""forget_user and export_user on every backend: everything about the user goes, everyone
+else's stays; a forget racing the user's turns leaves nothing they said before it; a forget
+killed half way is finished by the next reader."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from agent_state import (
+    UnknownUserError,
+    conversation_key,
+    export_user,
+    forget_user,
+    open_storage,
+    session_key,
+    user_key,
+)
+from agent_state.backends import Storage
+from tests.lifecycle.support import AGENT, CHANNEL, activity, application, leftovers
+from tests.stores import SHARED, STORES
+
+
+@pytest.fixture(params=list(STORES))
+def url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    return STORES[request.param](str(tmp_path))
+
+
+@pytest.fixture
+async def storage(url: str) -> AsyncIterator[Storage]:
+    async with open_storage(url) as opened:
+        yield opened
+
+
+async def seed(storage: Storage) -> list[str]:
+    """ada.l talks in c1 (shared with bob) and c2; bob in c1 and c3. Her texts. Ids and texts
+    have letters no hex digest or uuid holds, so a raw scan finds them only where they are."""
+    app = application(storage)
+    texts = ["ada-secret-1", "ada-secret-2", "ada-secret-3"]
+    await app.process(activity("ada.l", "c1", texts[0]))
+    await app.process(activity("bob", "c1", "bob-one"))
+    await app.process(activity("ada.l", "c2", texts[1]))
+    await app.process(activity("ada.l", "c2", texts[2]))
+    await app.process(activity("bob", "c3", "bob-two"))
+    return texts
+
+
+async def test_forget_removes_all_of_a_user_and_keeps_the_others(storage: Storage) -> None:
+    texts = await seed(storage)
+    exported = [orjson.loads(line) async for line in export_user(storage, CHANNEL, "ada.l")]
+    keys = {line["key"] for line in exported}
+    assert user_key(CHANNEL, "ada.l") in keys
+    assert {session_key(CHANNEL, c, "ada.l", agent=AGENT) for c in ("c1", "c2")} <= keys
+    assert any(texts[2].encode() in orjson.dumps(line["value"]) for line in exported)
+    assert all({"key", "version", "ttl", "value"} <= set(line) for line in exported)
+    assert conversation_key(CHANNEL, "c1") not in keys  # shared with bob: kept
+
+    report = await forget_user(storage, CHANNEL, "ada.l")
+    assert report.documents == len(keys)
+    assert await leftovers(storage, "ada.l", texts) == []
+    bobs = session_key(CHANNEL, "c1", "bob", agent=AGENT)
+    kept = await storage.read([user_key(CHANNEL, "bob"), bobs, conversation_key(CHANNEL, "c1")])
+    assert kept[user_key(CHANNEL, "bob")].value == {"turns": 2}
+    assert kept[conversation_key(CHANNEL, "c1")].value == {"turns": 2}
+    assert session_key(CHANNEL, "c1", "bob", agent=AGENT) in kept
+    assert len([line async for line in export_user(storage, CHANNEL, "bob")]) > 0
+    with pytest.raises(UnknownUserError):
+        await forget_user(storage, CHANNEL, "ada.l")
+    with pytest.raises(UnknownUserError):
+        [line async for line in export_user(storage, CHANNEL, "ada.l")]
+
+
+async def test_a_forget_racing_the_users_turns_leaves_nothing_said_before_it(
+    storage: Storage,
+) -> None:
+    app = application(storage)
+    before = [f"old-{i}" for i in range(4)]
+    for i, text in enumerate(before):
+        await app.process(activity("ada.l", f"c{i % 2}", text))
+
+    async def turns() -> None:
+        for i in range(6):
+            await app.process(activity("ada.l", f"c{i % 3}", f"during-{i}"))
+
+    await asyncio.gather(turns(), forget_user(storage, CHANNEL, "ada.l"))
+    # what the racing turns saved may stay (they ran on an emptied state), nothing said before
+    assert await leftovers(storage, "\x00no user", before) == []
+    # whatever the racing turns saved is indexed: a second forget leaves nothing at all
+    try:
+        await forget_user(storage, CHANNEL, "ada.l")
+    except UnknownUserError:
+        pass
+    assert await leftovers(storage, "ada.l", [*before, "during-"]) == []
+
+
+@pytest.mark.parametrize("name", SHARED)
+async def test_a_forget_killed_half_way_is_finished_by_the_next_reader(
+    name: str, tmp_path: object
+) -> None:
+    url = STORES[name](str(tmp_path))
+    async with open_storage(url) as storage:
+        texts = await seed(storage)
+    worker = subprocess.run(
+        [sys.executable, "-m", "tests.lifecycle.forget_worker", url, "ada.l", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
+    )
+    assert worker.returncode == -signal.SIGKILL, worker.stderr
+    async with open_storage(url) as storage:
+        assert await leftovers(storage, "ada.l", texts) != []  # killed half way: some is left
+        with pytest.raises(UnknownUserError):  # the reader finishes the forget
+            [line async for line in export_user(storage, CHANNEL, "ada.l")]
+        assert await leftovers(storage, "ada.l", texts) == []
+        assert user_key(CHANNEL, "bob") in await storage.read([user_key(CHANNEL, "bob")])
