@@ -110,7 +110,8 @@ async def main(directory: Path) -> None:
             print(f"[{conversation}] bot: {reply.text}")
 
     print("\nWhat each scope remembers (run me again: it all carries over):")
-    keys = sorted([key async for key in storage.list("")])
+    listed = [key async for key in storage.list("")]
+    keys = sorted(key for key in listed if parse_key(key).kind == "state")  # the scopes' own
     documents = await storage.read(keys)
     width = max(map(len, keys), default=0)
     for key in keys:
