@@ -1,5 +1,5 @@
 """`python -m agent_state`: the `agent-state` command line."""
 
-from agent_state.cli import main
+from .cli import main
 
 main()

@@ -4,7 +4,7 @@ which no segment between slashes can hold), so keys that need no escaping stay a
 
 from __future__ import annotations
 
-from agent_state import escape_segment, unescape_segment
+from .. import escape_segment, unescape_segment
 
 EMPTY_SEGMENT = "%2F"
 

@@ -16,14 +16,13 @@ from typing import Any
 
 import orjson
 
-from agent_state.backends import (
+from ..backends import (
     ConflictError,
     StateTooLargeError,
     Storage,
     StorageError,
     StoreItem,
 )
-
 from ._keymap import to_storage_key
 from ._m365_values import to_document
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_state.backends import FormatError
+from ..backends import FormatError
 
 WRAPPED = "$m365"
 

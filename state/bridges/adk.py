@@ -23,7 +23,7 @@ from google.adk.sessions import BaseSessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from pydantic_core import to_jsonable_python
 
-from agent_state import (
+from .. import (
     AgentState,
     AppState,
     HistoryError,
@@ -40,7 +40,7 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import ConflictError, Storage, StoreItem
+from ..backends import ConflictError, Storage, StoreItem
 
 __all__ = ["AgentStateSessionService"]
 

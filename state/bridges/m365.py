@@ -15,8 +15,7 @@ from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 from microsoft_agents.hosting.core.storage import Storage as M365Storage
 from microsoft_agents.hosting.core.storage import StoreItem as M365StoreItem
 
-from agent_state.backends import ANY, ConflictError, Storage, StoreItem
-
+from ..backends import ANY, ConflictError, Storage, StoreItem
 from . import _reads
 from ._keymap import to_storage_key
 from ._m365_import import ImportReport, import_m365_blobs, import_m365_cosmos

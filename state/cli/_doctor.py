@@ -11,9 +11,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from agent_state import open_storage
-from agent_state.backends import Storage, StorageError, StoreItem
-
+from .. import open_storage
+from ..backends import Storage, StorageError, StoreItem
 from ._output import show
 from ._store import CommandError, Options, json_option
 

@@ -14,8 +14,7 @@ from typing import Any
 import click
 import orjson
 
-from agent_state.backends import ANY, ConflictError, Storage, StoreItem
-
+from ..backends import ANY, ConflictError, Storage, StoreItem
 from ._output import parse_document
 from ._store import CommandError, run_on_store
 
@@ -101,9 +100,10 @@ async def _read_one(storage: Storage, key: str) -> StoreItem | None:
 async def _write(storage: Storage, key: str, value: dict[str, Any], etag: str | None) -> str:
     """Write `value` at `key` on the precondition `etag`; a conflict is a clear refusal."""
     try:
-        return (await storage.write({key: StoreItem(value, etag)}))[key]
+        etags: dict[str, str] = await storage.write({key: StoreItem(value, etag)})
     except ConflictError:
         raise CommandError(_changed(key, "written")) from None
+    return etags[key]
 
 
 def _changed(key: str, what: str) -> str:

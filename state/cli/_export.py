@@ -6,8 +6,7 @@ import os
 
 import click
 
-from agent_state import export_store
-
+from .. import export_store
 from ._progress import counting
 from ._store import run_on_store
 

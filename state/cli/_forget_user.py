@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agent_state import forget_user
-
+from .. import forget_user
 from ._progress import counting
 from ._store import run_on_store
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agent_state import import_store
-
+from .. import import_store
 from ._progress import counting
 from ._store import run_on_store
 

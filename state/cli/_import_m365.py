@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from agent_state.backends import Storage
-from agent_state.bridges.m365 import ImportReport, import_m365_blobs, import_m365_cosmos
-
+from ..backends import Storage
+from ..bridges.m365 import ImportReport, import_m365_blobs, import_m365_cosmos
 from ._progress import counting
 from ._store import CommandError, run_on_store
 

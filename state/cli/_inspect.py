@@ -6,9 +6,8 @@ from typing import Any
 
 import click
 
-from agent_state import conversation_key, session_key, user_key
-from agent_state.backends import Storage
-
+from .. import conversation_key, session_key, user_key
+from ..backends import Storage
 from ._output import show, size
 from ._store import CommandError, json_option, run_on_store
 

@@ -6,8 +6,7 @@ import bisect
 
 import click
 
-from agent_state.backends import Storage
-
+from ..backends import Storage
 from ._output import show
 from ._store import json_option, run_on_store
 

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from agent_state import StateError
-from agent_state.backends import (
+from .. import StateError
+from ..backends import (
     ConflictError,
     FormatError,
     InvalidKeyError,
@@ -22,7 +22,6 @@ from agent_state.backends import (
     StorageError,
     StorageUnavailableError,
 )
-
 from ._store import CommandError, Options
 
 COMMANDS = (

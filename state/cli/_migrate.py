@@ -21,9 +21,8 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from agent_state import AgentState, StateError, TurnIds, parse_key, unescape_segment
-from agent_state.backends import ConflictError, InvalidKeyError, Storage, StoreItem
-
+from .. import AgentState, StateError, TurnIds, parse_key, unescape_segment
+from ..backends import ConflictError, InvalidKeyError, Storage, StoreItem
 from ._output import show
 from ._store import CommandError, json_option, run_on_store
 

@@ -8,7 +8,7 @@ import click
 import orjson
 from rich.console import Console
 
-from agent_state.backends import StoreItem
+from ..backends import StoreItem
 
 
 def show(data: Any, as_json: bool) -> None:

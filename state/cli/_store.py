@@ -9,8 +9,8 @@ from typing import TypeVar
 
 import click
 
-from agent_state import open_storage
-from agent_state.backends import Storage
+from .. import open_storage
+from ..backends import Storage
 
 T = TypeVar("T")
 

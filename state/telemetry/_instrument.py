@@ -15,9 +15,8 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from agent_state import AgentApplication, add_event_listener
-from agent_state.backends import ConflictError, Storage, StoreItem
-
+from .. import AgentApplication, add_event_listener
+from ..backends import ConflictError, Storage, StoreItem
 from . import _names as names
 
 
@@ -210,7 +209,7 @@ def _size(items: Iterable[StoreItem]) -> int:
 def _agui_endpoint() -> type | None:
     """`AGUIEndpoint`, when the `agui` extra is installed."""
     try:
-        from agent_state.agui import AGUIEndpoint
+        from ..agui import AGUIEndpoint
     except ImportError:
         return None
     return AGUIEndpoint

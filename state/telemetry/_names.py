@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from agent_state import parse_key, unescape_segment
-from agent_state.backends import InvalidKeyError
+from .. import parse_key, unescape_segment
+from ..backends import InvalidKeyError
 
 TURN_SPAN = "agent_state.turn"
 AGUI_SPAN = "agent_state.agui.run"
