@@ -22,7 +22,7 @@ from agent_state import (
     TurnContext,
     TurnState,
 )
-from agent_state.backends import FileStorage, MemoryStorage, StoreItem
+from agent_state.backends import FileStorage, MemoryStorage, Storage, StoreItem
 
 WIRE = {
     "type": "message",
@@ -153,12 +153,10 @@ async def test_text_is_empty_without_text() -> None:
     assert ctx.text == ""
 
 
-class RecordingStorage(MemoryStorage):
-    """MemoryStorage that records every call that could reach a store."""
+class _Recording(Storage):
+    """Records every call that could reach the store (mixed into a backend below)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
+    calls: list[str]
 
     async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
         self.calls.append("read")
@@ -173,6 +171,18 @@ class RecordingStorage(MemoryStorage):
     ) -> dict[str, str]:
         self.calls.append("write")
         return await super().write(changes, ttl=ttl, unchanged=unchanged)
+
+
+class RecordingStorage(_Recording, MemoryStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = []
+
+
+class RecordingFiles(_Recording, FileStorage):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.calls = []
 
 
 GOOD = {"type": "message", "channelId": "c", "from": {"id": "u"}, "conversation": {"id": "k"}}
@@ -219,28 +229,6 @@ def _nested(depth: int) -> list[Any]:
     for _ in range(depth - 1):
         value = [value]
     return value
-
-
-class RecordingFiles(FileStorage):
-    """FileStorage that records every call that could reach the disk."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.calls: list[str] = []
-
-    async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        self.calls.append("read")
-        return await super().read(keys)
-
-    async def write(
-        self,
-        changes: Mapping[str, StoreItem],
-        *,
-        ttl: float | None = None,
-        unchanged: Mapping[str, str | None] | None = None,
-    ) -> dict[str, str]:
-        self.calls.append("write")
-        return await super().write(changes, ttl=ttl, unchanged=unchanged)
 
 
 HOSTILE = [
