@@ -8,7 +8,7 @@ median of the rounds' own ratios to the row without telemetry code. The turn is
 regression.py's memory turn: a counter in conversation state and a reply, timed in CPU
 seconds of the worker (other load on the shared machine does not count).
 
-Run: .venv/bin/python benchmarks/telemetry.py [--rev 77d7cf3] [--rounds 15] [--round-seconds 0.3]
+Run: .venv/bin/python benchmarks/telemetry.py [--rev 6d3417a] [--rounds 15] [--round-seconds 0.3]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from _support import install_revision, round_order
 
-BASELINE = "77d7cf3"
+BASELINE = "6d3417a"
 """The last commit without telemetry code (before issue 28)."""
 ROWS = ("no telemetry code", "telemetry off", "telemetry on")
 POOL = 200
