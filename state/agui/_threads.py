@@ -189,9 +189,12 @@ class ThreadService(Generic[M]):
         the cursor `before`) and recent runs, in three reads."""
         session = self._session(user, thread_id)
         owner_key, record_key = self._owner_key(thread_id), thread_record_key(session)
-        start = _decode_cursor(before)[0] if before is not None else None
-        if start is not None and not isinstance(start, str):
-            raise RunInputError("the cursor is not one this server gave")
+        start = None
+        if before is not None:
+            parts = _decode_cursor(before)
+            if len(parts) != 1 or not isinstance(parts[0], str):
+                raise RunInputError("the cursor is not one this server gave")
+            start = parts[0]
         ids = self.ids(user, thread_id)
         async with open_turn(self.storage, ids, extra_keys=(owner_key, record_key)) as turn:
             turn.discard()

@@ -236,7 +236,8 @@ async def test_the_last_page_of_a_10000_message_thread_takes_the_reads_of_a_10_m
     assert [m["id"] for m in older["messages"]] == [
         f"long-m{i}" for i in range(long - 102, long - 52)
     ]
-    assert (await client.request("GET", "/threads/long?before=bm9wZQ")).status_code == 422
+    for bad in ("bm9wZQ", "W10", "WyJub3BlIl0", "%00"):  # not JSON, [], ["nope"], not base64
+        assert (await client.request("GET", f"/threads/long?before={bad}")).status_code == 422
     await storage.close()
 
 
