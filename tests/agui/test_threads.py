@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from agent_state import TurnIds, open_storage, open_turn
+from agent_state import TurnIds, forget_user, open_storage, open_turn
 from agent_state.agui import AgentRun, AGUIEndpoint, RunLogLimits
 from agent_state.backends import Storage
 from tests.agui.server_support import VALIDATOR, assert_valid_streams, store_contents
@@ -178,6 +178,9 @@ async def test_a_users_threads_are_read_listed_renamed_and_deleted_behind_the_ow
     again = await client.run("t1", "r5", "start over", user="bob")  # the id is free again
     assert again.status_code == 200
     assert (await client.request("GET", "/threads/t1", user="bob")).json()["state"]["runs"] == 1
+    await forget_user(storage, "agui", "bob")  # the lifecycle's forget takes threads too
+    assert (await client.request("GET", "/threads", user="bob")).json()["threads"] == []
+    assert (await client.request("GET", "/threads/t1", user="bob")).status_code == 404
 
 
 class CountingReads:
