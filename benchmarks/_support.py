@@ -3,12 +3,13 @@ that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -70,6 +71,31 @@ def message(i: int) -> Activity:
         conversation={"id": f"conv-{i}"},
         text="hi",
     )
+
+
+EVIDENCE = "~applied"
+"""The floors' reserved member for delivery evidence: activity id -> [digest, reply texts]."""
+EVIDENCE_KEPT = 16
+"""Activities whose evidence a floor keeps per document (the bound by count)."""
+
+
+def unapplied(activity_id: str, documents: Iterable[Mapping[str, Any]]) -> bool:
+    """A floor's redelivery check: whether none of the documents a turn read carries
+    evidence of `activity_id` (the evidence travels inside them, so one read finds it)."""
+    return not any(activity_id in document.get(EVIDENCE, ()) for document in documents)
+
+
+def keep_evidence(
+    document: dict[str, Any], activity_id: str, content: str, replies: list[str]
+) -> None:
+    """Record in `document` (which the turn writes anyway) that `activity_id` was applied:
+    a digest of its content (the same id with other content is a conflict) and the replies
+    to return on a redelivery, keeping the last `EVIDENCE_KEPT`."""
+    digest = hashlib.blake2b(content.encode(), digest_size=16).hexdigest()
+    applied = document.setdefault(EVIDENCE, {})
+    applied[activity_id] = [digest, replies]
+    if len(applied) > EVIDENCE_KEPT:
+        del applied[next(iter(applied))]
 
 
 def ms_message(

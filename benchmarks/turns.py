@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import hashlib
 import os
 import platform
 import statistics
@@ -57,7 +56,17 @@ from typing import Any, TypeVar
 
 import backend_turns
 import orjson
-from _support import ROOT, NoConnections, StubAdapter, message, ms_get, ms_message, ms_set
+from _support import (
+    ROOT,
+    NoConnections,
+    StubAdapter,
+    keep_evidence,
+    message,
+    ms_get,
+    ms_message,
+    ms_set,
+    unapplied,
+)
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events import Event, EventActions
@@ -83,8 +92,6 @@ POOL = 500
 """Conversations the turns rotate over (keeps ADK's per-session event list short)."""
 
 BIG_BYTES = 50 * 1024
-EVIDENCE_KEPT = 16
-"""Activities whose evidence the floor keeps per document (the bound by count)."""
 
 
 @dataclass(frozen=True)
@@ -329,9 +336,6 @@ async def adk_runner(scenario: Scenario) -> tuple[Turn, None]:
 
 # --- the floor ------------------------------------------------------------------------------
 
-EVIDENCE = "~applied"
-"""The floor's reserved member for delivery evidence: activity id -> [digest, reply texts]."""
-
 
 async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
     """The turn's work on MemoryStorage's primitives, the minimal design: `_read` of the
@@ -359,13 +363,10 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
         group = keys[i % POOL]
         items = await store._read(group)
         counts.reads += 1
-        digest = b""
-        if activity.id is not None:
-            digest = hashlib.blake2b((activity.text or "").encode(), digest_size=16).digest()
-            for item in items.values():
-                applied = item.value.get(EVIDENCE)
-                if applied is not None and activity.id in applied:
-                    raise AssertionError("a fresh id was found applied")
+        if activity.id is not None and not unapplied(
+            activity.id, (item.value for item in items.values())
+        ):
+            raise AssertionError("a fresh id was found applied")
         stored = items[group[1]]
         doc = stored.value
         count = doc["count"]
@@ -374,10 +375,7 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
             doc["count"] = count
         replies = [activity.reply(f"count {count}")] if scenario.replies else []
         if activity.id is not None:
-            applied = doc.setdefault(EVIDENCE, {})
-            applied[activity.id] = [digest.hex(), [reply.text for reply in replies]]
-            if len(applied) > EVIDENCE_KEPT:
-                del applied[next(iter(applied))]
+            keep_evidence(doc, activity.id, activity.text or "", [r.text or "" for r in replies])
         data = orjson.dumps(doc)
         if data != stored.data:
             outcomes: Outcomes = {}
