@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from _support import free_port, keep_evidence, message, server, unapplied
@@ -184,7 +184,8 @@ def redis_floor(raw: Redis, prefix: str, changes: bool, ids: bool) -> Turn:
 
     async def turn(i: int) -> None:
         group = keys[i % POOL]
-        values = await raw.mget(group)
+        # our storage's client does not decode responses: every value is bytes or None
+        values = cast(list[bytes | None], await raw.mget(group))
         stored = values[1]
         version, current = (stored[:32], stored[32:]) if stored else (b"", None)
         bodies = [value[32:] if value else None for value in values]
