@@ -3,6 +3,7 @@ that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import socket
 import statistics
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from azure.core.pipeline.transport import AioHttpTransport
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core import (
     AccessTokenProviderBase,
@@ -73,6 +75,11 @@ def message(i: int) -> Activity:
     )
 
 
+DECLARED_SCOPES: dict[str, Any] = {}
+"""LEAD, after merging declared scopes (issue 23): switch this one line to the route option
+that declares the scopes, e.g. `{"scopes": ("user", "conversation")}`. `blob.py` and
+`cosmos.py` register their route with it; until then their turn reads every bucket."""
+
 EVIDENCE = "~applied"
 """The floors' reserved member for delivery evidence: activity id -> [digest, reply texts]."""
 EVIDENCE_KEPT = 16
@@ -112,6 +119,27 @@ def ms_message(
         conversation=ms_activity.ConversationAccount(id=conversation),
         text="hi",
     )
+
+
+class RequestCount:
+    """HTTP requests sent through any azure-core aiohttp transport in this process (the
+    Blob and Cosmos DB SDKs', ours and the M365 SDK's alike), each delayed by `rtt` seconds
+    first: a network's round trip, modelled (concurrent requests overlap)."""
+
+    sent = 0
+    rtt = 0.0
+
+    @classmethod
+    def install(cls) -> None:
+        send = AioHttpTransport.send
+
+        async def counting_send(self: AioHttpTransport, request: Any, **kwargs: Any) -> Any:
+            cls.sent += 1
+            if cls.rtt:
+                await asyncio.sleep(cls.rtt)  # the modelled network, not synchronization
+            return await send(self, request, **kwargs)
+
+        AioHttpTransport.send = counting_send
 
 
 class Sampled:
