@@ -258,14 +258,15 @@ async def run_in(folder: str, redis_url: str, rounds: int, round_seconds: float)
             for i in range(POOL):
                 await row.ours(i)
                 await row.floor(i)
-        counts = {id(row): POOL for row in rows}  # turn numbers go on: fresh ids
+        # each side's turn numbers go on from the warm-up's and its own last round: fresh ids
+        counts = {(id(row), side): POOL for row in rows for side in ("ours", "floor")}
         for number in range(rounds):
             for row in rows if number % 2 == 0 else reversed(rows):
                 pair = [("ours", row.ours), ("floor", row.floor)]
                 for side, turn in pair if number % 2 == 0 else reversed(pair):
-                    rate, done = await measure(turn, round_seconds, counts[id(row)])
+                    rate, done = await measure(turn, round_seconds, counts[id(row), side])
                     (row.ours_rates if side == "ours" else row.floor_rates).append(rate)
-                counts[id(row)] += done
+                    counts[id(row), side] += done
     finally:
         client = stores[1].client  # type: ignore[attr-defined]
         async for key in client.scan_iter(match=f"{namespace}*"):  # ours and the floors'
