@@ -45,7 +45,7 @@ def verdicts(output: str, label: str) -> list[str]:
 
 
 def test_turns_prints_the_memory_targets_with_ids_and_without() -> None:
-    output = run("turns.py", "--rounds", "1", "--round-seconds", "0.01")
+    output = run("turns.py", "--rounds", "2", "--round-seconds", "0.01")
     for scenario in ("small state, changed, ids", "small state, changed, no ids"):
         for system in ("agent-state", "M365 Agents SDK", "ADK Runner (bot turn)", "floor"):
             assert re.search(rf"^{re.escape(scenario)}\s+{re.escape(system)}\s", output, re.M)
@@ -55,7 +55,7 @@ def test_turns_prints_the_memory_targets_with_ids_and_without() -> None:
 
 def test_backend_turns_prints_file_and_redis_against_their_floors() -> None:
     output = run(
-        "backend_turns.py", "--rounds", "1", "--round-seconds", "0.01",
+        "backend_turns.py", "--rounds", "3", "--round-seconds", "0.05",
         needs=("AGENT_STATE_REDIS_URL",),
     )  # fmt: skip
     for backend in ("file", "Redis"):
