@@ -85,8 +85,7 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import CONFLICT, MemoryStorage, StoreItem
-from agent_state.backends._items import Outcomes, PreparedWrite
+from agent_state.backends import CONFLICT, MemoryStorage, Outcomes, PreparedWrite, StoreItem
 
 POOL = 500
 """Conversations the turns rotate over (keeps ADK's per-session event list short)."""
