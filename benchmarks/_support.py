@@ -3,16 +3,19 @@ that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from azure.core.pipeline.transport import AioHttpTransport
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core import (
     AccessTokenProviderBase,
@@ -72,6 +75,36 @@ def message(i: int) -> Activity:
     )
 
 
+DECLARED_SCOPES: dict[str, Any] = {}
+"""LEAD, after merging declared scopes (issue 23): switch this one line to the route option
+that declares the scopes, e.g. `{"scopes": ("user", "conversation")}`. `blob.py` and
+`cosmos.py` register their route with it; until then their turn reads every bucket."""
+
+EVIDENCE = "~applied"
+"""The floors' reserved member for delivery evidence: activity id -> [digest, reply texts]."""
+EVIDENCE_KEPT = 16
+"""Activities whose evidence a floor keeps per document (the bound by count)."""
+
+
+def unapplied(activity_id: str, documents: Iterable[Mapping[str, Any]]) -> bool:
+    """A floor's redelivery check: whether none of the documents a turn read carries
+    evidence of `activity_id` (the evidence travels inside them, so one read finds it)."""
+    return not any(activity_id in document.get(EVIDENCE, ()) for document in documents)
+
+
+def keep_evidence(
+    document: dict[str, Any], activity_id: str, content: str, replies: list[str]
+) -> None:
+    """Record in `document` (which the turn writes anyway) that `activity_id` was applied:
+    a digest of its content (the same id with other content is a conflict) and the replies
+    to return on a redelivery, keeping the last `EVIDENCE_KEPT`."""
+    digest = hashlib.blake2b(content.encode(), digest_size=16).hexdigest()
+    applied = document.setdefault(EVIDENCE, {})
+    applied[activity_id] = [digest, replies]
+    if len(applied) > EVIDENCE_KEPT:
+        del applied[next(iter(applied))]
+
+
 def ms_message(
     channel: str, user: str, conversation: str, activity_id: str | None = None
 ) -> ms_activity.Activity:
@@ -86,6 +119,27 @@ def ms_message(
         conversation=ms_activity.ConversationAccount(id=conversation),
         text="hi",
     )
+
+
+class RequestCount:
+    """HTTP requests sent through any azure-core aiohttp transport in this process (the
+    Blob and Cosmos DB SDKs', ours and the M365 SDK's alike), each delayed by `rtt` seconds
+    first: a network's round trip, modelled (concurrent requests overlap)."""
+
+    sent = 0
+    rtt = 0.0
+
+    @classmethod
+    def install(cls) -> None:
+        send = AioHttpTransport.send
+
+        async def counting_send(self: AioHttpTransport, request: Any, **kwargs: Any) -> Any:
+            cls.sent += 1
+            if cls.rtt:
+                await asyncio.sleep(cls.rtt)  # the modelled network, not synchronization
+            return await send(self, request, **kwargs)
+
+        AioHttpTransport.send = counting_send
 
 
 class Sampled:

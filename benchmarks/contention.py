@@ -1,17 +1,27 @@
 """Turns under contention: one conversation vs many, in one process and across processes.
 
-Each scenario runs TURNS concurrent `AgentApplication` turns and checks that every one of
-them was applied (the counter or the members end exactly right). It prints turns/s, runs
-per turn (`ctx.attempt`), re-runs and merges (save writes beyond one per run):
+Each scenario runs TURNS concurrent `AgentApplication` turns (activities with fresh ids, as
+real channels send them) and checks that every one of them was applied (the counters or
+the members end exactly right). It prints turns/s, runs per turn (`ctx.attempt`), re-runs
+and merges (save writes beyond one per run):
 
-- shared counter: one conversation's `count` vs an app-wide `count` over TURNS conversations;
-- distinct members: each turn sets its own member of the conversation (or app) bucket.
+- one conversation: all TURNS turns in conversation c0 (each its own user), so the
+  per-conversation queue orders them;
+- baseline, TURNS independent conversations: turn i in conversation c{i} with user u{i},
+  touching only its own buckets (nothing shared, so nothing to coordinate);
+
+each as "counter" (the conversation's `count` += 1) and "members" (each turn sets its own
+member of the conversation bucket). Each side's timed batch follows an untimed one on the
+same conversations (documents exist, caches are warm). Rounds are interleaved (fresh
+stores each round, the order reversed every other round); turns/s is the median of the
+rounds, the share the median of the rounds' own one/independent ratios.
 
 Then PROCESSES OS processes run turns on one conversation at once (file and Redis only).
-Targets: every turn succeeds; one conversation runs at >= 50 % of the many-conversation
-throughput in one process; across processes <= 2 runs per turn on average.
+Targets (issue 23): one conversation at >= 50 % of the independent conversations'
+throughput, on memory, file and Redis; every turn succeeds; across processes <= 2 runs per
+turn on average.
 
-Run: .venv/bin/python benchmarks/contention.py [--turns 50] [--redis-url URL]
+Run: .venv/bin/python benchmarks/contention.py [--turns 50] [--rounds 3] [--redis-url URL]
 Without --redis-url (or $AGENT_STATE_REDIS_URL) it starts a private redis-server on a free
 port and stops it by its PID at the end.
 """
@@ -22,6 +32,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +45,7 @@ from typing import Any
 
 from _support import free_port, server
 
-from agent_state import AgentApplication, TurnContext, TurnState, open_storage
+from agent_state import AgentApplication, TurnContext, TurnState, conversation_key, open_storage
 from agent_state.backends import Storage
 
 PROCESSES = 4
@@ -70,12 +81,13 @@ def counting(storage: Storage) -> list[int]:
 
 
 def message(user: str, conversation: str) -> dict[str, Any]:
-    return {"type": "message", "channelId": "bench", "text": "hi", "from": {"id": user},
-            "conversation": {"id": conversation}}  # fmt: skip
+    """A message from `user` in `conversation`, with a fresh id."""
+    return {"type": "message", "id": uuid.uuid4().hex, "channelId": "bench", "text": "hi",
+            "from": {"id": user}, "conversation": {"id": conversation}}  # fmt: skip
 
 
-def application(storage: Storage, runs: list[int], mode: str, shared: str) -> AgentApplication:
-    """`mode` counter: `shared` bucket's count += 1; members: its own member := 1."""
+def application(storage: Storage, runs: list[int], mode: str) -> AgentApplication:
+    """`mode` counter: the conversation's count += 1; members: its own member := 1."""
     app = AgentApplication(storage, app_name="bench")
 
     @app.message()
@@ -83,31 +95,42 @@ def application(storage: Storage, runs: list[int], mode: str, shared: str) -> Ag
         runs[0] += 1
         user = ctx.activity.from_property.id if ctx.activity.from_property else "?"
         if mode == "counter":
-            state[f"{shared}:count"] = state.get(f"{shared}.count", 0) + 1
+            state["conversation:count"] = state.get("conversation.count", 0) + 1
         else:
-            state.set(f"{shared}.members.{user}", 1)
+            state.set(f"conversation.members.{user}", 1)
 
     return app
 
 
 async def scenario(url: str, mode: str, spread: bool, turns: int) -> Outcome:
+    """`turns` concurrent turns, in one conversation or (`spread`) each in its own, timed
+    after an untimed batch of the same conversations (documents exist, caches are warm);
+    checks that every turn of both was applied exactly once."""
     storage = open_storage(url)
     writes = counting(storage)
     runs = [0]
-    shared = "app" if spread else "conversation"
-    app = application(storage, runs, mode, shared)
-    activities = [message(f"u{i}", f"c{i}" if spread else "c0") for i in range(turns)]
+    app = application(storage, runs, mode)
+    conversations = [f"c{i}" if spread else "c0" for i in range(turns)]
+
+    async def batch(users: str) -> None:
+        await asyncio.gather(
+            *(app.process(message(f"{users}{i}", c)) for i, c in enumerate(conversations))
+        )
+
+    await batch("w")
+    runs[0] = writes[0] = 0
     start = time.perf_counter()
-    await asyncio.gather(*(app.process(activity) for activity in activities))
+    await batch("u")
     seconds = time.perf_counter() - start
-    key = "app/bench" if spread else "bench/conversations/c0"
-    value = (await storage.read([key]))[key].value
-    expected_ok = (
-        value.get("count") == turns if mode == "counter" else len(value["members"]) == turns
-    )
+    keys = sorted({conversation_key("bench", conversation) for conversation in conversations})
+    found = await storage.read(keys)
     await storage.close()
-    if not expected_ok:
-        raise SystemExit(f"LOST UPDATES in {mode}/{'spread' if spread else 'one'}: {value}")
+    each = 2 * turns // len(keys)  # turns per conversation, both batches
+    for key in keys:
+        value = found[key].value if key in found else {}
+        applied = value.get("count") if mode == "counter" else len(value.get("members", {}))
+        if applied != each:
+            raise SystemExit(f"LOST UPDATES in {mode}/{'spread' if spread else 'one'}: {value}")
     return Outcome(turns, seconds, runs[0], writes[0])
 
 
@@ -116,7 +139,7 @@ async def worker(url: str, turns: int, index: int) -> None:
     storage = open_storage(url)
     writes = counting(storage)
     runs = [0]
-    app = application(storage, runs, "counter", "conversation")
+    app = application(storage, runs, "counter")
     await asyncio.gather(*(app.process(message(f"p{index}u{i}", "c0")) for i in range(turns)))
     await storage.close()
     print(runs[0], writes[0], flush=True)
@@ -145,7 +168,7 @@ def across_processes(url: str, turns: int) -> tuple[Outcome, int]:
 
 
 async def _count(storage: Storage) -> int:
-    key = "bench/conversations/c0"
+    key = conversation_key("bench", "c0")
     value = (await storage.read([key]))[key].value
     await storage.close()
     return int(value["count"])
@@ -173,50 +196,98 @@ def backends(redis_url: str, folder: str) -> dict[str, Callable[[], str]]:
     }
 
 
-def main() -> None:
+@dataclass
+class Pair:
+    """One backend and mode: the one-conversation and independent outcomes of every round."""
+
+    one: list[Outcome]
+    independent: list[Outcome]
+
+    def share(self) -> float:
+        """The median over rounds of one conversation's turns/s over the independent ones'."""
+        pairs = zip(self.one, self.independent, strict=True)
+        return statistics.median(a.turns / a.seconds / (b.turns / b.seconds) for a, b in pairs)
+
+
+def measure_pair(fresh: Callable[[], str], mode: str, turns: int, rounds: int) -> Pair:
+    """Both sides for `rounds` rounds, each on a fresh store, the order reversed every other
+    round."""
+    pair = Pair([], [])
+    for number in range(rounds):
+        sides = [(False, pair.one), (True, pair.independent)]
+        for spread, outcomes in sides if number % 2 == 0 else sides[::-1]:
+            outcomes.append(asyncio.run(scenario(fresh(), mode, spread, turns)))
+    return pair
+
+
+def combined(outcomes: list[Outcome]) -> Outcome:
+    """The rounds as one row: the median round's time, every round's runs and writes."""
+    seconds = statistics.median(outcome.seconds for outcome in outcomes)
+    turns = outcomes[0].turns
+    runs = sum(outcome.runs for outcome in outcomes)
+    writes = sum(outcome.writes for outcome in outcomes)
+    return Outcome(turns, seconds, round(runs / len(outcomes)), round(writes / len(outcomes)))
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--redis-url", default=os.environ.get("AGENT_STATE_REDIS_URL"))
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         url, turns, index = args.worker
         asyncio.run(worker(url, int(turns), int(index)))
-        return
+        return 0
     folder = tempfile.mkdtemp(prefix="bench-contention-")
     verdicts = []
+    all_met = True
     header = f"{'scenario':<44} {'turns/s':>9} {'runs/turn':>10} {'re-runs':>8} {'merges':>7}"
+    print(
+        f"{args.turns} concurrent turns (fresh activity ids) in one conversation vs the baseline,"
+        f" {args.turns} independent conversations (each its own conversation, user and"
+        f" buckets); medians of {args.rounds} interleaved rounds, per-round runs/re-runs/merges"
+    )
     try:
         with redis_server(args.redis_url) as redis_url:
             for name, fresh in backends(redis_url, folder).items():
                 print(f"\n{name}: {args.turns} concurrent turns, one process")
                 print(header)
                 for mode in ("counter", "members"):
-                    one = asyncio.run(scenario(fresh(), mode, False, args.turns))
-                    many = asyncio.run(scenario(fresh(), mode, True, args.turns))
-                    print(one.row(f"{mode}: one conversation"))
-                    print(many.row(f"{mode}: {args.turns} conversations (app bucket)"))
-                    share = (one.turns / one.seconds) / (many.turns / many.seconds)
+                    pair = measure_pair(fresh, mode, args.turns, args.rounds)
+                    print(combined(pair.one).row(f"{mode}: one conversation"))
+                    print(
+                        combined(pair.independent).row(
+                            f"{mode}: {args.turns} independent conversations"
+                        )
+                    )
+                    share = pair.share()
+                    met = share >= 0.5
+                    all_met &= met
                     verdicts.append(
-                        f"{name} {mode}: one conversation at {share:.0%} of many "
-                        f"({'met' if share >= 0.5 else 'missed'} >= 50 %)"
+                        f"{name} {mode}: one conversation at {share:.0%} of {args.turns}"
+                        f" independent conversations (>= 50 %: {'met' if met else 'NOT met'})"
                     )
                 if name == "memory":
                     continue
-                outcome, count = across_processes(fresh(), args.turns * 2)
+                outcome, count = across_processes(fresh(), args.turns)
                 print(outcome.row(f"counter: {PROCESSES} processes, one conversation"))
                 lost = outcome.turns - count
                 per_turn = outcome.runs / outcome.turns
+                met = per_turn <= 2 and lost == 0
+                all_met &= met
                 verdicts.append(
-                    f"{name} {PROCESSES} processes: {per_turn:.2f} runs per turn "
-                    f"({'met' if per_turn <= 2 else 'missed'} <= 2), {lost} updates lost"
+                    f"{name} {PROCESSES} processes: {per_turn:.2f} runs per turn, {lost} updates"
+                    f" lost (<= 2, none lost: {'met' if met else 'NOT met'})"
                 )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print("\nEvery turn above succeeded and was applied exactly once (checked after each run).")
     for verdict in verdicts:
         print("  " + verdict)
+    return 0 if all_met else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
