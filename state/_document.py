@@ -314,5 +314,6 @@ class Records(Protocol):
     def attach(self, cls: type[R], key: str) -> R:
         """The record at `key`, from the turn's reads (empty when not stored)."""
 
-    async def fetch(self, records: Mapping[str, type[R]]) -> list[R]:
-        """The records at these keys, those not yet loaded read in one more read."""
+    async def fetch(self, records: Mapping[str, type[R]], along: Iterable[str] = ()) -> list[R]:
+        """The records at these keys, those not yet loaded read in one more read (with the
+        keys `along`, loaded for a later fetch)."""

@@ -134,10 +134,14 @@ class History:
         start = 0 if message_id is None else await self._seq(message_id) + 1
         return await self._slice(start, min(start + _limit(limit), await self.count()))
 
-    async def before(self, message_id: str | None, limit: int = 50) -> list[dict[str, Any]]:
-        """Up to `limit` messages before `message_id` (None: up to the last), oldest first."""
+    async def before(
+        self, message_id: str | None, limit: int = 50, *, along: Iterable[str] = ()
+    ) -> list[dict[str, Any]]:
+        """Up to `limit` messages before `message_id` (None: up to the last), oldest first.
+        The keys `along` are read with the pages (records the caller fetches next), so a
+        page costs one read however long the history is."""
         end = await self.count() if message_id is None else await self._seq(message_id)
-        return await self._slice(max(0, end - _limit(limit)), end)
+        return await self._slice(max(0, end - _limit(limit)), end, along)
 
     async def upto(self, message_id: str) -> list[dict[str, Any]]:
         """Every message up to and including `message_id`, oldest first."""
@@ -149,9 +153,11 @@ class History:
         entries = await self._state.fetch({self._entry_key(i): _Entry for i in wanted})
         return {i for i, entry in zip(wanted, entries, strict=True) if entry.stored() is not None}
 
-    async def _slice(self, start: int, end: int) -> list[dict[str, Any]]:
-        """Messages `start .. end - 1`, read from the pages they are on and the tail."""
+    async def _slice(self, start: int, end: int, along: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Messages `start .. end - 1`, read from the pages they are on and the tail (and the
+        keys `along` in the same read)."""
         if start >= end:
+            await self._state.fetch({}, along)
             return []
         head = (await self._loaded_head()).value
         count = int(head.get("count", 0))
@@ -159,7 +165,7 @@ class History:
         page_end = min(end, tail_start)
         numbers = range(start // PAGE_SIZE, (page_end - 1) // PAGE_SIZE + 1)
         keys = [self._page_key(k) for k in numbers] if start < page_end else []
-        pages = await self._state.fetch(dict.fromkeys(keys, _Page))
+        pages = await self._state.fetch(dict.fromkeys(keys, _Page), along)
         messages: list[Any] = []
         for key, page in zip(keys, pages, strict=True):
             stored = page.stored()

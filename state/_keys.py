@@ -23,6 +23,7 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | run             | `S/runs/{run id}`                          | `C`                  |
 | agui_owner      | `C/agui-owner`, `C/agui-owner/{app_name}`  | `C`                  |
 | agui_sent       | `S/agui`                                   | `C`                  |
+| agui_thread     | `S/agui-thread`                            | `C`                  |
 | user_session    | `N/{channel}/users/{user}/sessions/{conv}` | the key itself       |
 | user_forgetting | `N/{channel}/users/{user}/forgetting`      | the key itself       |
 
@@ -199,13 +200,18 @@ def thread_sent_key(session: str) -> str:
     return f"{session}/agui"
 
 
+def thread_record_key(session: str) -> str:
+    """`S/agui-thread`: an AG-UI thread's title, times and recent runs (the thread service)."""
+    return f"{session}/agui-thread"
+
+
 def session_index_key(key: str) -> tuple[str, str] | None:
-    """For a key that starts a session (`S`, `S/history` or `S/agui`, where `S` may be an
+    """For a key that starts a session (`S`, `S/history`, `S/agui` or `S/agui-thread`, where `S` may be an
     agent's `.../agents/{app}`): the user's index entry of that session,
     `N/{channel}/users/{user}/sessions/{conversation}` (one for all agents of it), and the
     session's key without an agent, which the entry holds. None for any other key."""
     parts = key.split("/")
-    bucket = [parts, parts[:-1] if parts[-1] in ("history", "agui") else None]
+    bucket = [parts, parts[:-1] if parts[-1] in ("history", "agui", "agui-thread") else None]
     for session in bucket + [b[:-2] for b in bucket if b and len(b) > 2 and b[-2] == "agents"]:
         if session and len(session) >= 5 and session[-2] == "users":
             if session[-4] == "conversations" and len(session) <= 6:
@@ -254,7 +260,7 @@ _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
              ("forgetting", False): "user_forgetting"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",
                 ("history", "ids"): "history_index", ("runs", True): "run",
-                ("agui", False): "agui_sent"},
+                ("agui", False): "agui_sent", ("agui-thread", False): "agui_thread"},
 }  # fmt: skip
 """The records beside each scope's key: (literal, what follows) -> kind; True: an id follows."""
 

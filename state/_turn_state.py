@@ -85,12 +85,14 @@ class TurnState:
             raise ScopeError(f"key {key!r} is not a {cls.kind} record in this turn")
         return record
 
-    async def fetch(self, records: Mapping[str, type[R]]) -> list[R]:
+    async def fetch(self, records: Mapping[str, type[R]], along: Iterable[str] = ()) -> list[R]:
         """Framework records (key -> class) read after the turn's first read, those not
-        yet loaded in one more read; saved with the turn like `attach`ed ones."""
+        yet loaded in one more read; saved with the turn like `attach`ed ones. The keys
+        `along` go in the same read, for records the caller attaches or fetches next."""
         if self.closed:
             raise StateClosedError("history")
-        missing = [key for key in records if key not in self._documents and key not in self._found]
+        wanted = [*records, *along]
+        missing = [key for key in wanted if key not in self._documents and key not in self._found]
         if missing:
             self._found.update(await self._storage_read()(missing))
         return [self.attach(cls, key) for key, cls in records.items()]

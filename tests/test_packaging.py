@@ -27,7 +27,8 @@ PUBLIC_MODULES = {
         "cancel_run", "check_message", "conversation_key", "edit_state", "escape_segment",
         "execute_run", "list_conversations", "list_users", "literal", "model_messages", "next_turn",
         "open_run", "open_state", "open_storage", "open_turn", "open_user", "parse_key",
-        "read_state", "session_key", "thread", "thread_owner_key", "thread_sent_key",
+        "read_state", "run_key", "session_key", "thread", "thread_owner_key", "thread_record_key",
+        "thread_sent_key",
         "unescape_segment", "user_key", "write_group",
         "BackupReport", "RestoreReport", "IncompleteExportError", "UnlistableStoreError",
         "export_store", "import_store", "UnknownUserError", "UserDataReport", "export_user",
@@ -59,8 +60,8 @@ PUBLIC_MODULES = {
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RequestLimits", "RunHaltedError", "RunInputError", "RunInputTimeoutError",
-        "RunInputTooLargeError", "RunRefusedError",
-        "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadOwnerError", "aiter_sse_events",
+        "RunInputTooLargeError", "RunLogGoneError", "RunLogLimits", "RunRefusedError",
+        "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadNotFoundError", "ThreadOwnerError", "aiter_sse_events",
         "iter_sse_events",
     ],
 }  # fmt: skip

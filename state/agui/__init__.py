@@ -7,10 +7,12 @@ from ._endpoint import AGUIEndpoint
 from ._mirror import SkippedDelta, StateMirror
 from ._mirror_errors import MalformedEventError, MalformedPatchError, RunHaltedError
 from ._request import RequestLimits
+from ._run_log import RunLogGoneError, RunLogLimits
 from ._server_errors import (
     RunInputError,
     RunInputTimeoutError,
     RunInputTooLargeError,
+    ThreadNotFoundError,
     ThreadOwnerError,
 )
 from ._sse import SSEDecoder, aiter_sse_events, iter_sse_events
@@ -26,10 +28,13 @@ __all__ = [
     "RunInputError",
     "RunInputTimeoutError",
     "RunInputTooLargeError",
+    "RunLogGoneError",
+    "RunLogLimits",
     "RunRefusedError",
     "SSEDecoder",
     "SkippedDelta",
     "StateMirror",
+    "ThreadNotFoundError",
     "ThreadOwnerError",
     "aiter_sse_events",
     "iter_sse_events",

@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic
+from urllib.parse import unquote
 
 from ag_ui.core import (
     BaseEvent,
@@ -47,6 +48,7 @@ from .. import (
     MissingIdError,
     Run,
     RunConflictError,
+    StateConflictError,
     StateValidationError,
     TurnIds,
     TurnQueues,
@@ -56,13 +58,23 @@ from .. import (
     model_messages,
     open_turn,
     thread,
+    thread_record_key,
 )
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
 from ._exposed import ExposedState, M, validation_summary
 from ._request import RequestLimits, check_bounds, parse_body, receive_body
-from ._server_errors import RunInputError, ThreadOwnerError
+from ._run_log import RunLog, RunLogGoneError, RunLogLimits, RunLogs
+from ._server_errors import RunInputError, ThreadNotFoundError, ThreadOwnerError
 from ._thread_input import FORMAT, ThreadInput, read_input
+from ._threads import (
+    MAX_THREADS_PAGE,
+    ThreadRecord,
+    ThreadService,
+    check_title,
+    note_accepted,
+    note_finished,
+)
 
 log = logging.getLogger("agent_state.agui.server")
 
@@ -72,6 +84,7 @@ Agent = Callable[[AgentRun[Any]], Awaitable[None]]
 """The agent: `async def agent(run)`, changing `run.state` and speaking through `run`."""
 
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_RENAME_LIMITS = RequestLimits(max_body_bytes=4_096, body_timeout=10.0)
 
 
 class AGUIEndpoint(Generic[M]):
@@ -93,13 +106,17 @@ class AGUIEndpoint(Generic[M]):
         drop_reasoning: bool = False,
         clock: Callable[[], float] = time.time,
         lease: float | None = None,
+        run_logs: RunLogLimits = RunLogLimits(),  # noqa: B008 (frozen)
+        cancel_on_disconnect: bool = False,
     ) -> None:
         """`state`: the pydantic model of the exposed thread state (fields named in
         `server_only` are stored but never sent or accepted). `authenticate(request)` names
         the user; the request body never does. `app_name` names the agent: its threads,
         runs and history are its own. `drop_reasoning` leaves reasoning messages out of the
         history the agent is given (`without_prior_reasoning`); `clock` and `lease` (None:
-        the default) time the runs' leases (see `accept_run`)."""
+        the default) time the runs' leases (see `accept_run`). `run_logs` bounds what is kept
+        of each run's events for reconnecting clients; a run goes on when its client goes
+        away unless `cancel_on_disconnect`."""
         self.agent, self.storage, self.exposed = agent, storage, ExposedState(state, server_only)
         self.authenticate, self.limits = authenticate, limits
         self.channel, self.app_name, self.namespace = channel, app_name, namespace
@@ -108,6 +125,13 @@ class AGUIEndpoint(Generic[M]):
         if lease is not None:
             self._timing["lease"] = lease
         self._queues = TurnQueues()
+        self.clock, self.cancel_on_disconnect = clock, cancel_on_disconnect
+        self.threads = ThreadService(
+            self.storage, self.exposed, self._queues,
+            channel=channel, app_name=app_name, namespace=namespace, clock=clock,
+        )  # fmt: skip
+        self._logs = RunLogs(run_logs)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # served on its own: nothing to start or stop
@@ -122,19 +146,22 @@ class AGUIEndpoint(Generic[M]):
         await response(scope, receive, send)
 
     async def respond(self, request: Request) -> Response:
-        """The response to one request: an error status, or the run's event stream."""
-        if request.method != "POST":
-            return _refusal(405, "POST a RunAgentInput")
+        """The response to one request: a run's event stream, a thread service answer, or
+        an error status (see docs/agui.md for the routes)."""
+        route, allowed = _route(request.scope)
+        if route is None:
+            return (
+                _refusal(404, "no such route")
+                if allowed is None
+                else _refusal(405, f"use {allowed} here")
+            )
         user = self.authenticate(request)
         user = await user if inspect.isawaitable(user) else user
         if not user:
             return _refusal(401, "not authenticated")
         try:
-            run_input = self._input(await self._body(request))
-            ids = TurnIds(self.channel, user, run_input.thread_id, self.app_name, self.namespace)
-            async with self._queues.turn(ids):  # this process's runs of a thread take turns
-                run = await self._accept(ids, run_input)
-        except (RunInputError, ThreadOwnerError) as exc:
+            return await self._serve(request, route, user)
+        except (RunInputError, ThreadOwnerError, ThreadNotFoundError, RunLogGoneError) as exc:
             return _refusal(exc.status_code, str(exc))
         except ValidationError as exc:
             return _refusal(422, f"not a valid RunAgentInput: {validation_summary(exc)}")
@@ -142,20 +169,86 @@ class AGUIEndpoint(Generic[M]):
             return _refusal(422, f"not a valid RunAgentInput: {exc}")
         except RunConflictError as exc:
             return _refusal(409, str(exc))
+        except StateConflictError:
+            return _refusal(409, "the thread changed meanwhile: try again")
         except StorageError as exc:
-            log.warning("run refused, the store failed: %s", exc)
+            log.warning("request refused, the store failed: %s", exc)
             return _refusal(503, "the state store is unavailable")
         except StateValidationError as exc:  # stored data the model refuses: not the client's
-            log.error("run refused, the stored thread state is invalid: %s", exc)
+            log.error("request refused, the stored thread state is invalid: %s", exc)
             return _refusal(500, f"the stored thread state is invalid: {exc}")
         except ClientDisconnect:
             return _refusal(400, "the client went away")
-        encoder = EventEncoder(accept=request.headers.get("accept", ""))
-        events = self._replay(run, run_input) if run.resubmitted else self._run(run, run_input)
-        return StreamingResponse(
-            (encoder.encode(event) async for event in events),
-            media_type=encoder.get_content_type(),
-        )
+
+    async def _serve(self, request: Request, route: tuple[str, ...], user: str) -> Response:
+        """One authenticated request on its route (what raises is refused by `respond`)."""
+        method, query = request.method, request.query_params
+        if not route:
+            return await self._post_run(request, user)
+        if len(route) == 1:
+            limit = _integer(query.get("limit", "20"), "limit")
+            if not 1 <= limit <= MAX_THREADS_PAGE:
+                raise RunInputError(f"limit is 1 to {MAX_THREADS_PAGE}")
+            return JSONResponse(await self.threads.list(user, limit, query.get("cursor")))
+        thread_id = route[1]
+        if len(route) == 5:
+            after = request.headers.get("last-event-id", query.get("after", "0"))
+            return await self._follow(user, thread_id, route[3], _integer(after, "after"))
+        if method == "GET":
+            return JSONResponse(await self.threads.read(user, thread_id, query.get("before")))
+        if method == "PATCH":
+            body = await receive_body(request.stream(), request.headers.get("content-length"),
+                                      _RENAME_LIMITS)  # fmt: skip
+            title = check_title(parse_body(body))
+            return JSONResponse(await self.threads.rename(user, thread_id, title))
+        await self.threads.delete(user, thread_id)
+        self._logs.drop(lambda key: key[:2] == (user, thread_id))  # type: ignore[index]
+        return Response(status_code=204)
+
+    async def _post_run(self, request: Request, user: str) -> Response:
+        """Accept a POSTed run, then stream its events (each with its id in the run)."""
+        run_input = self._input(await self._body(request))
+        ids = TurnIds(self.channel, user, run_input.thread_id, self.app_name, self.namespace)
+        async with self._queues.turn(ids):  # this process's runs of a thread take turns
+            run = await self._accept(ids, run_input)
+        headers = {"x-run-id": run_input.run_id}
+        if run.resubmitted:
+            replay = _numbered(self._replay(run, run_input))
+            return StreamingResponse(replay, media_type=_SSE, headers=headers)
+        key = (user, run_input.thread_id, run_input.run_id)
+        run_log = self._logs.open(key)
+        task = asyncio.create_task(self._drive(run, run_input, run_log))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        stream = self._stream(run_log, 0, task if self.cancel_on_disconnect else None)
+        return StreamingResponse(stream, media_type=_SSE, headers=headers)
+
+    async def _follow(self, user: str, thread_id: str, run_id: str, after: int) -> Response:
+        """A reconnect: the run's events after id `after`, then the live tail."""
+        await self.threads.check_owner(user, thread_id)
+        run_log = self._logs.get((user, thread_id, run_id))
+        if run_log is None:
+            if await self.threads.has_run(user, thread_id, run_id):
+                raise RunLogGoneError(f"the events of run {run_id!r} are not kept here")
+            raise ThreadNotFoundError(f"no run {run_id!r} in this thread")
+        run_log.check(after)
+        stream = self._stream(run_log, after, None)
+        return StreamingResponse(stream, media_type=_SSE, headers={"x-run-id": run_id})
+
+    async def _stream(
+        self, run_log: RunLog, after: int, task: asyncio.Task[None] | None
+    ) -> AsyncIterator[bytes]:
+        """The log's events after `after` as SSE frames with their ids; with `task`, the run
+        is cancelled (and recorded so) when the client goes away first."""
+        ended = False
+        try:
+            async for number, frame in run_log.follow(after):
+                yield b"id: %d\n%s" % (number, frame)
+            ended = True
+        finally:
+            if task is not None and not ended and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
@@ -176,6 +269,8 @@ class AGUIEndpoint(Generic[M]):
 
         async def check(turn: TurnState) -> dict[str, Any]:
             given: ThreadInput[Any] = await self._read(turn, run_input, claim=True)
+            (summary,) = await turn.fetch({self._summary_key(turn): ThreadRecord})
+            note_accepted(summary, run_input, self.clock())
             # kept: the messages the thread holds as one reference, and only the new ones
             new = {"through": given.through, "new": given.messages}
             return {**request, "messages": new}
@@ -183,23 +278,26 @@ class AGUIEndpoint(Generic[M]):
         return await accept_run(self.storage, ids, run_input.run_id, request,
                                 history=self.history, check=check, **self._timing)  # fmt: skip
 
-    async def _run(self, run: Run, run_input: RunAgentInput) -> AsyncIterator[BaseEvent]:
-        """Run the agent in a task whose events stream as they come; cancelled (and recorded
-        so) when the client goes away."""
-        queue: asyncio.Queue[BaseEvent | None] = asyncio.Queue()
-        task = asyncio.create_task(self._execute(run, run_input, queue.put_nowait))
-        task.add_done_callback(lambda _: queue.put_nowait(None))
+    @staticmethod
+    def _summary_key(turn: TurnState) -> str:
+        key = turn.session.key
+        assert key is not None  # an AG-UI turn has a user and a thread
+        return thread_record_key(key)
+
+    async def _drive(self, run: Run, run_input: RunAgentInput, run_log: RunLog) -> None:
+        """Run the agent, its events going to the run's log, whoever follows it."""
+
+        def emit(event: BaseEvent) -> None:
+            run_log.append(_frame(event))
+
         try:
-            while (event := await queue.get()) is not None:
-                yield event
-            failure = task.exception()
-            if failure is not None:  # after the run's own events: the stream still ends
-                log.error("run %r stopped short", run.run_id, exc_info=failure)
-                yield RunErrorEvent(message=_describe(failure), code=type(failure).__name__)
+            await self._execute(run, run_input, emit)
+        except Exception as failure:  # after the run's own events: the stream still ends
+            log.error("run %r stopped short", run.run_id, exc_info=failure)
+            run_log.append(_frame(RunErrorEvent(message=_describe(failure),
+                                                code=type(failure).__name__)))  # fmt: skip
         finally:
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            self._logs.end(run_log)
 
     async def _execute(
         self, run: Run, run_input: RunAgentInput, emit: Callable[[BaseEvent], None]
@@ -211,6 +309,7 @@ class AGUIEndpoint(Generic[M]):
         async def attempt(turn: TurnState, number: int) -> tuple[MessagesSnapshotEvent, Any]:
             # again, on the state now: it may have changed since the run was accepted
             given: ThreadInput[Any] = await self._read(turn, run_input, claim=False)
+            (summary,) = await turn.fetch({self._summary_key(turn): ThreadRecord})
             await turn.history.append(*given.messages)
             self.exposed.store(given.state, turn.session)
             view = self.exposed.view(given.state)
@@ -226,6 +325,7 @@ class AGUIEndpoint(Generic[M]):
             given.sent.value.update({"format": FORMAT, "sent": agent_run.sent,
                                      "last": messages[-1]["id"] if messages else None,
                                      "pending": agent_run.pending})  # fmt: skip
+            note_finished(summary, run_id, self.clock())
             snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
             return snapshot, turn.temp.get("result")
 
@@ -261,6 +361,55 @@ class AGUIEndpoint(Generic[M]):
         else:
             outcome = "still under way" if run.status == "accepted" else run.status
             yield RunErrorEvent(message=f"run {run_id!r} is {outcome}", code="RunStateError")
+
+
+_SSE = "text/event-stream"
+_ROUTES: dict[int, tuple[str, ...]] = {0: ("POST",), 1: ("GET",), 2: ("GET", "PATCH", "DELETE"),
+                                        4: ("GET",)}  # fmt: skip
+
+
+def _route(scope: Scope) -> tuple[tuple[str, ...] | None, str | None]:
+    """The request's route below the mount point, as path segments (percent-decoded): `()`
+    for runs, `("threads",)`, `("threads", id)`, `("threads", id, "runs", id, "events")`;
+    None with the methods the path allows (None: no such path)."""
+    root = [part for part in str(scope.get("root_path", "")).split("/") if part]
+    raw = scope.get("raw_path") or str(scope["path"]).encode()
+    parts = [unquote(part) for part in raw.decode("latin-1").split("/") if part]
+    if parts[: len(root)] == root:
+        parts = parts[len(root) :]
+    shape = len(parts)
+    if shape == 5 and (parts[2], parts[4]) == ("runs", "events"):
+        shape = 4
+    elif parts[:1] != ["threads"] and parts:
+        shape = -1
+    allowed = _ROUTES.get(shape)
+    if allowed is None or (shape and parts[0] != "threads"):
+        return None, None
+    if scope["method"] not in allowed:
+        return None, ", ".join(allowed)
+    return tuple(parts), None
+
+
+def _integer(text: str, what: str) -> int:
+    if not text.isdigit() or len(text) > 18:
+        raise RunInputError(f"{what} must be a whole number, got {text[:40]!r}")
+    return int(text)
+
+
+def _frame(event: BaseEvent) -> bytes:
+    """One event as an SSE frame without its id (`id: n` goes in front when it is sent)."""
+    return _ENCODER.encode(event).encode()
+
+
+_ENCODER = EventEncoder()
+
+
+async def _numbered(events: AsyncIterator[BaseEvent]) -> AsyncIterator[bytes]:
+    """A replayed run's events as SSE frames numbered from 1 (kept in no log)."""
+    number = 0
+    async for event in events:
+        number += 1
+        yield b"id: %d\n%s" % (number, _frame(event))
 
 
 def _refusal(status: int, detail: str) -> JSONResponse:

@@ -29,3 +29,9 @@ class ThreadOwnerError(StateError, PermissionError):
     """The thread belongs to another user (HTTP 403). Nothing is written."""
 
     status_code = 403
+
+
+class ThreadNotFoundError(StateError, LookupError):
+    """No such thread of this agent (HTTP 404): it was never run, or it was deleted."""
+
+    status_code = 404

@@ -37,7 +37,9 @@ CLIENT_ROLES: Final = frozenset({"user", "tool"})
 """Roles of the messages a client may add to the history (activity messages are dropped)."""
 
 
-class _Owner(Record):
+class Owner(Record):
+    """`C/agui-owner/{app name}`: the user a thread belongs to."""
+
     kind = "agui_owner"
     format = FORMAT
     fields = {"user": str}
@@ -91,7 +93,7 @@ async def read_input(
     an owner becomes the turn's user's (saved with the turn)."""
     conversation, session = _key(turn.conversation), _key(turn.session)
     owner_key = thread_owner_key(conversation, turn.ids.app_name)
-    owner, sent = await turn.fetch({owner_key: _Owner,
+    owner, sent = await turn.fetch({owner_key: Owner,
                                     thread_sent_key(session): SentState})  # fmt: skip
     _check_owner(owner, str(turn.ids.user_id), claim=claim)
     sent_messages = _wire_messages(run_input)

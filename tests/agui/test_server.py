@@ -573,7 +573,8 @@ async def test_a_failing_agent_is_a_run_error_and_the_thread_is_unchanged(
     assert any(event["type"] == "STATE_DELTA" for event in reply.events)
     after = await store_contents(storage)
     record_key = f"{CHANNEL}/conversations/{THREAD}/users/ada/runs/r2"
-    assert changed_keys(before, after) == {record_key}
+    summary_key = f"{CHANNEL}/conversations/{THREAD}/users/ada/agui-thread"  # the run listed
+    assert changed_keys(before, after) == {record_key, summary_key}
     record = after[record_key][0]
     assert record["status"] == "failed" and "the model is down" in record["error"]
     assert await history_ids(storage) == stored_history_ids(before)
@@ -776,15 +777,17 @@ async def test_a_stored_state_the_model_refuses_is_a_500_and_writes_nothing(serv
     assert await store_contents(storage) == before
 
 
-async def test_a_client_that_goes_away_cancels_its_run() -> None:
-    """The client disconnects while the agent runs: the run is recorded cancelled."""
+async def test_a_client_that_goes_away_cancels_its_run_when_the_application_asks() -> None:
+    """With `cancel_on_disconnect`, the client disconnects while the agent runs: the run is
+    recorded cancelled."""
     storage, started = MemoryStorage(), asyncio.Event()
 
     async def agent(run: AgentRun[Board]) -> None:
         started.set()
         await asyncio.Event().wait()  # runs until cancelled
 
-    endpoint = AGUIEndpoint(agent, storage=storage, state=Board, authenticate=lambda _: "ada")
+    endpoint = AGUIEndpoint(agent, storage=storage, state=Board, authenticate=lambda _: "ada",
+                            cancel_on_disconnect=True)  # fmt: skip
     body = orjson.dumps(run_input("r1"))
     messages = iter([{"type": "http.request", "body": body, "more_body": False}])
 

@@ -1,0 +1,288 @@
+"""The thread service: read, list, rename and delete a user's AG-UI threads without running
+the agent, behind the same owner check as runs.
+
+A thread's summary is the record `S/agui-thread` (title, created and updated times, its
+recent runs), written with the runs' own turns: the accepting turn adds the run (the first
+one makes the record, titled after the first user message), the run's commit sets the
+updated time and the run's end. Reading a thread costs three reads however long its
+history is: the turn's buckets with the owner and summary records, the history head, then
+the last page of messages together with the recent runs' records. Listing reads the user's
+session index (`{channel}/users/{user}/sessions/`) and the summaries of those sessions, a
+batch at a time: proportional to the user's threads, not to the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, Final, Generic
+
+import orjson
+from ag_ui.core import RunAgentInput
+
+from .. import (
+    HistoryError,
+    Record,
+    TurnIds,
+    TurnQueues,
+    conversation_key,
+    escape_segment,
+    open_turn,
+    run_key,
+    session_key,
+    thread_owner_key,
+    thread_record_key,
+    unescape_segment,
+    user_key,
+)
+from ..backends import Storage
+from ._exposed import ExposedState, M
+from ._server_errors import RunInputError, ThreadNotFoundError, ThreadOwnerError
+from ._thread_input import Owner
+
+FORMAT: Final = 1
+RECENT_RUNS: Final = 20
+"""Runs a thread's summary lists (the newest)."""
+TITLE_CHARS: Final = 200
+MESSAGES_PAGE: Final = 50
+"""Messages a thread read returns at most (the last ones, or those before `before`)."""
+MAX_THREADS_PAGE: Final = 100
+BATCH: Final = 100
+"""Summaries read at a time while listing."""
+
+
+class ThreadRecord(Record):
+    """`S/agui-thread`: the title, times (epoch seconds) and recent runs of a thread."""
+
+    kind = "agui_thread"
+    format = FORMAT
+    fields = {"title": str, "created": (int, float), "updated": (int, float), "runs": list}
+
+
+class _RunStatus(Record):
+    """The status members of a run record (`S/runs/{id}`), read for a thread's run list."""
+
+    kind = "run"
+    format = None
+    fields = {"status": str}
+
+
+def note_accepted(record: ThreadRecord, run_input: RunAgentInput, now: float) -> None:
+    """In a run's accepting turn: the run first among the thread's recent runs (the thread's
+    first run makes the record, titled after its first user message)."""
+    value = _made(record, now, _title(run_input))
+    runs = [run for run in value["runs"] if run.get("id") != run_input.run_id]
+    value["runs"] = [{"id": run_input.run_id, "created": now, "finished": None}, *runs]
+    del value["runs"][RECENT_RUNS:]
+
+
+def note_finished(record: ThreadRecord, run_id: str, now: float) -> None:
+    """In a run's committing turn: the thread was updated now, and the run ended."""
+    value = _made(record, now, "")
+    value["updated"] = now
+    value["runs"] = [{**run, "finished": now} if run.get("id") == run_id else run
+                     for run in value["runs"]]  # fmt: skip
+
+
+def _made(record: ThreadRecord, now: float, title: str) -> dict[str, Any]:
+    value = record.value
+    if record.stored() is None:
+        value.update(format=FORMAT, title=title, created=now, updated=now, runs=[])
+    return value
+
+
+def _title(run_input: RunAgentInput) -> str:
+    for message in run_input.messages:
+        content = getattr(message, "content", None)
+        if message.role == "user" and isinstance(content, str) and content.strip():
+            return " ".join(content.split())[:TITLE_CHARS]
+    return ""
+
+
+def check_title(body: Any) -> str:
+    """The title of a rename body `{"title": "..."}`; `RunInputError` for anything else."""
+    if not isinstance(body, dict) or set(body) != {"title"} or not isinstance(body["title"], str):
+        raise RunInputError('a rename is a JSON object {"title": "..."} and nothing else')
+    if len(body["title"]) > TITLE_CHARS:
+        raise RunInputError(f"a title is at most {TITLE_CHARS} characters")
+    return str(body["title"])
+
+
+def _time(seconds: Any) -> str | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _summary(thread_id: str, value: dict[str, Any] | None) -> dict[str, Any]:
+    value = value or {}
+    return {"threadId": thread_id, "title": value.get("title", ""),
+            "createdAt": _time(value.get("created")),
+            "updatedAt": _time(value.get("updated"))}  # fmt: skip
+
+
+def _encode_cursor(*parts: Any) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(parts)).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> list[Any]:
+    try:
+        parts = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        raise RunInputError("the cursor is not one this server gave") from None
+    if not isinstance(parts, list):
+        raise RunInputError("the cursor is not one this server gave")
+    return parts
+
+
+def _status(run: dict[str, Any] | None) -> str | None:
+    if run is None:
+        return None
+    status = str(run["status"])
+    return "running" if status == "accepted" and run.get("opened") else status
+
+
+class ThreadService(Generic[M]):
+    """A user's threads of one agent (the endpoint's channel, app name and namespace)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        exposed: ExposedState[M],
+        queues: TurnQueues,
+        *,
+        channel: str,
+        app_name: str | None,
+        namespace: str | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.storage, self.exposed, self.queues, self.clock = storage, exposed, queues, clock
+        self.channel, self.app_name, self.namespace = channel, app_name, namespace
+
+    def ids(self, user: str, thread_id: str) -> TurnIds:
+        """The turn ids of the user's thread (its session of this agent)."""
+        return TurnIds(self.channel, user, thread_id, self.app_name, self.namespace)
+
+    def _session(self, user: str, thread_id: str) -> str:
+        return session_key(self.channel, thread_id, user, agent=self.app_name,
+                           namespace=self.namespace)  # fmt: skip
+
+    def _owner_key(self, thread_id: str) -> str:
+        conversation = conversation_key(self.channel, thread_id, namespace=self.namespace)
+        return thread_owner_key(conversation, self.app_name)
+
+    async def check_owner(self, user: str, thread_id: str) -> None:
+        """`ThreadNotFoundError` for a thread nobody owns, `ThreadOwnerError` for another's."""
+        key = self._owner_key(thread_id)
+        found = await self.storage.read([key])
+        _owned(found[key].value if key in found else None, user)
+
+    async def has_run(self, user: str, thread_id: str, run_id: str) -> bool:
+        """Whether the thread holds a record of run `run_id`."""
+        key = run_key(self._session(user, thread_id), run_id)
+        return key in await self.storage.read([key])
+
+    async def read(self, user: str, thread_id: str, before: str | None) -> dict[str, Any]:
+        """The thread's summary, exposed state, last page of messages (or the page before
+        the cursor `before`) and recent runs, in three reads."""
+        session = self._session(user, thread_id)
+        owner_key, record_key = self._owner_key(thread_id), thread_record_key(session)
+        start = _decode_cursor(before)[0] if before is not None else None
+        if start is not None and not isinstance(start, str):
+            raise RunInputError("the cursor is not one this server gave")
+        ids = self.ids(user, thread_id)
+        async with open_turn(self.storage, ids, extra_keys=(owner_key, record_key)) as turn:
+            turn.discard()
+            owner, record = await turn.fetch({owner_key: Owner, record_key: ThreadRecord})
+            _owned(owner.stored(), user)
+            summary = record.stored()
+            runs = list(summary["runs"]) if summary is not None else []
+            run_keys = {run_key(session, str(run["id"])): run for run in runs}
+            try:
+                messages = await turn.history.before(start, MESSAGES_PAGE, along=run_keys)
+            except HistoryError:
+                raise RunInputError("the cursor names no message of this thread") from None
+            count = await turn.history.count()
+            older = count > len(messages) if start is None else len(messages) == MESSAGES_PAGE
+            stored = await turn.fetch(dict.fromkeys(run_keys, _RunStatus))
+            state = self.exposed.view(self.exposed.load(turn.session))
+        listed = []
+        for run, found in zip(runs, stored, strict=True):
+            status = _status(found.stored())
+            if status is not None:
+                listed.append({"runId": run["id"], "status": status,
+                               "createdAt": _time(run.get("created")),
+                               "finishedAt": _time(run.get("finished"))})  # fmt: skip
+        cursor = _encode_cursor(messages[0]["id"]) if older and messages else None
+        return {**_summary(thread_id, summary), "state": state, "messages": messages,
+                "before": cursor, "runs": listed}  # fmt: skip
+
+    async def list(self, user: str, limit: int, cursor: str | None) -> dict[str, Any]:
+        """A page of the user's threads of this agent, the last updated first."""
+        after = _decode_cursor(cursor) if cursor is not None else None
+        if after is not None and not (
+            len(after) == 2 and isinstance(after[0], (int, float)) and isinstance(after[1], str)
+        ):
+            raise RunInputError("the cursor is not one this server gave")
+        prefix = user_key(self.channel, user, namespace=self.namespace) + "/sessions/"
+        threads = [unescape_segment(key[len(prefix) :]) async for key in self.storage.list(prefix)]
+        found: list[tuple[float, str, dict[str, Any]]] = []
+        for start in range(0, len(threads), BATCH):
+            batch = threads[start : start + BATCH]
+            keys = {thread_record_key(self._session(user, t)): t for t in batch}
+            for key, item in (await self.storage.read(list(keys))).items():
+                value = item.value
+                if isinstance(value, dict) and value.get("format") == FORMAT:
+                    found.append((float(value["updated"]), keys[key], value))
+        found.sort(key=lambda entry: (-entry[0], entry[1]))
+        if after is not None:
+            found = [e for e in found if (-e[0], e[1]) > (-float(after[0]), after[1])]
+        page = found[:limit]
+        more = len(found) > limit
+        return {"threads": [_summary(thread, value) for _, thread, value in page],
+                "next": _encode_cursor(page[-1][0], page[-1][1]) if more else None}  # fmt: skip
+
+    async def rename(self, user: str, thread_id: str, title: str) -> dict[str, Any]:
+        """Give the thread a new title; its summary."""
+        session = self._session(user, thread_id)
+        owner_key, record_key = self._owner_key(thread_id), thread_record_key(session)
+        ids = self.ids(user, thread_id)
+        async with self.queues.turn(ids), open_turn(self.storage, ids) as turn:
+            owner, record = await turn.fetch({owner_key: Owner, record_key: ThreadRecord})
+            _owned(owner.stored(), user)
+            assert isinstance(record, ThreadRecord)
+            value = _made(record, self.clock(), title)
+            value["title"] = title
+            summary = _summary(thread_id, value)
+        return summary
+
+    async def delete(self, user: str, thread_id: str) -> None:
+        """Delete the thread: its session (state, history, runs, records), the user's index
+        entry of the conversation when no other session of the user is in it, and last the
+        owner record (see docs/agui.md)."""
+        ids = self.ids(user, thread_id)
+        session, owner_key = self._session(user, thread_id), self._owner_key(thread_id)
+        async with self.queues.turn(ids):
+            await self.check_owner(user, thread_id)
+            base = session_key(self.channel, thread_id, user, namespace=self.namespace)
+            theirs = [key async for key in self.storage.list(base)]
+            mine = [key for key in theirs if key == session or key.startswith(session + "/")]
+            others = [key for key in theirs if key not in mine and
+                      (key == base or key.startswith(base + "/"))]  # fmt: skip
+            first = thread_record_key(session)  # the thread leaves the list first
+            keys = [first, *(key for key in mine if key != first)]
+            if not others:
+                index = user_key(self.channel, user, namespace=self.namespace)
+                keys.append(f"{index}/sessions/{escape_segment(thread_id)}")
+            for start in range(0, len(keys), BATCH):
+                await self.storage.delete(keys[start : start + BATCH])
+            await self.storage.delete([owner_key])
+
+
+def _owned(owner: dict[str, Any] | None, user: str) -> None:
+    if owner is None:
+        raise ThreadNotFoundError("no such thread")
+    if owner.get("user") != user:
+        raise ThreadOwnerError("this thread belongs to another user")
