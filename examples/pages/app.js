@@ -14,6 +14,7 @@ const threadUrl = `/threads/${encodeURIComponent(threadId)}`;
 let agent = null;
 let eventIds = []; // the SSE ids of the current stream's events, in order
 let applied = 0; // events of the current stream the client has taken
+let streaming = "Streaming"; // or "Resumed": what the status line calls the current run
 
 function show(status) { $("status").textContent = status; }
 
@@ -70,7 +71,7 @@ const subscriber = {
       saved.state = state;
       saved.messages = messages;
       sessionStorage.setItem(runKey, JSON.stringify(saved));
-      show(`Streaming run ${saved.runId.slice(0, 8)}… (event ${saved.lastEventId + 1})`);
+      show(`${streaming} run ${saved.runId.slice(0, 8)}… (event ${saved.lastEventId + 1})`);
     }
   },
   onStateChanged() { renderSteps(); },
@@ -105,6 +106,7 @@ async function send(text) {
   renderMessages();
   sessionStorage.setItem(runKey, JSON.stringify({ runId }));
   eventIds = [];
+  streaming = "Streaming";
   agent.fetch = async (url, init) => tapIds(await fetch(url, init));
   show("Sending…");
   await follow(() => agent.runAgent({ runId }));
@@ -118,6 +120,7 @@ async function resume(saved) {
     agent.setMessages(saved.messages);
   }
   eventIds = after > 0 ? [after] : [];
+  streaming = "Resumed";
   const url = `${threadUrl}/runs/${encodeURIComponent(saved.runId)}/events`;
   agent.fetch = async () => {
     const response = await fetch(url, {

@@ -147,7 +147,7 @@ def test_a_reload_mid_run_resumes_it_from_the_last_event_seen(
     seen = page.evaluate(f"JSON.parse(sessionStorage.getItem({key!r})).lastEventId")
     page.reload()
     # the page resumed the run (the events after the last id it applied) while it is held
-    expect(page.locator("#status")).to_contain_text("Resuming run")
+    expect(page.locator("#status")).to_contain_text("Resumed run")
     expect_waiting(page)
     shot(page, tmp_path, "resumed-mid-run")
     httpx.post(f"{base}/test/release/{thread}").raise_for_status()
