@@ -130,7 +130,7 @@ class AGUIEndpoint(Generic[M]):
             self.storage, self.exposed, self._queues,
             channel=channel, app_name=app_name, namespace=namespace, clock=clock,
         )  # fmt: skip
-        self._logs = RunLogs(run_logs)
+        self._logs = RunLogs(run_logs, clock)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -217,10 +217,11 @@ class AGUIEndpoint(Generic[M]):
             return StreamingResponse(replay, media_type=_SSE, headers=headers)
         key = (user, run_input.thread_id, run_input.run_id)
         run_log = self._logs.open(key)
+        events = run_log.follow(0)  # before the run starts: its stream misses nothing
         task = asyncio.create_task(self._drive(run, run_input, run_log))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        stream = self._stream(run_log, 0, task if self.cancel_on_disconnect else None)
+        stream = self._stream(events, task if self.cancel_on_disconnect else None)
         return StreamingResponse(stream, media_type=_SSE, headers=headers)
 
     async def _follow(self, user: str, thread_id: str, run_id: str, after: int) -> Response:
@@ -231,18 +232,17 @@ class AGUIEndpoint(Generic[M]):
             if await self.threads.has_run(user, thread_id, run_id):
                 raise RunLogGoneError(f"the events of run {run_id!r} are not kept here")
             raise ThreadNotFoundError(f"no run {run_id!r} in this thread")
-        run_log.check(after)
-        stream = self._stream(run_log, after, None)
+        stream = self._stream(run_log.follow(after), None)
         return StreamingResponse(stream, media_type=_SSE, headers={"x-run-id": run_id})
 
     async def _stream(
-        self, run_log: RunLog, after: int, task: asyncio.Task[None] | None
+        self, events: AsyncIterator[tuple[int, bytes]], task: asyncio.Task[None] | None
     ) -> AsyncIterator[bytes]:
-        """The log's events after `after` as SSE frames with their ids; with `task`, the run
-        is cancelled (and recorded so) when the client goes away first."""
+        """A run log's events as SSE frames with their ids; with `task`, the run is cancelled
+        (and recorded so) when the client goes away first."""
         ended = False
         try:
-            async for number, frame in run_log.follow(after):
+            async for number, frame in events:
                 yield b"id: %d\n%s" % (number, frame)
             ended = True
         finally:

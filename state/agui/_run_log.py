@@ -45,7 +45,7 @@ class RunLogLimits:
 class RunLog:
     """One run's events: appended by the run, followed by any number of streams."""
 
-    __slots__ = ("_limits", "_events", "_bytes", "_next", "_ended", "_changed")
+    __slots__ = ("_limits", "_events", "_bytes", "_next", "_ended", "_followers")
 
     def __init__(self, limits: RunLogLimits) -> None:
         self._limits = limits
@@ -54,15 +54,16 @@ class RunLog:
         self._next = 1
         self._ended: float | None = None
         """When the run ended (None: still running)."""
-        self._changed = asyncio.Event()
+        self._followers: set[asyncio.Queue[tuple[int, bytes] | None]] = set()
 
     @property
     def ended(self) -> float | None:
-        """When the run's last event was appended (on the log's clock); None while it runs."""
+        """When the run's last event was appended (on the logs' clock); None while it runs."""
         return self._ended
 
     def append(self, frame: bytes) -> int:
-        """Keep one encoded event; its id. The oldest events go when a bound is passed."""
+        """Keep one encoded event and hand it to the followers; its id. The oldest events go
+        when a bound is passed."""
         number, self._next = self._next, self._next + 1
         self._events.append((number, frame))
         self._bytes += len(frame)
@@ -71,17 +72,16 @@ class RunLog:
             len(self._events) > limits.max_events or self._bytes > limits.max_bytes
         ):
             self._bytes -= len(self._events.popleft()[1])
-        self._wake()
+        for follower in self._followers:
+            follower.put_nowait((number, frame))
         return number
 
     def end(self, now: float) -> None:
-        """The run sent its last event."""
+        """The run sent its last event: its followers' streams end."""
         self._ended = now
-        self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        for follower in self._followers:
+            follower.put_nowait(None)
+        self._followers.clear()
 
     def check(self, after: int) -> None:
         """`RunLogGoneError` unless every event after id `after` is still kept (or to come)."""
@@ -91,27 +91,37 @@ class RunLog:
                 f"the events after {after} are not kept (the log holds {first} to {self._next - 1})"
             )
 
-    async def follow(self, after: int) -> AsyncIterator[tuple[int, bytes]]:
-        """The events after id `after`, then each new one until the run ends. A follower that
-        falls behind the log's bounds stops early (its reconnect is then refused)."""
+    def follow(self, after: int) -> AsyncIterator[tuple[int, bytes]]:
+        """The events after id `after`, then each new one until the run ends, each exactly
+        once: what is kept now and every later append are taken at this call."""
         self.check(after)
-        while True:
-            changed = self._changed
-            for number, frame in list(self._events):
-                if number > after:
-                    if number != after + 1:
-                        return  # what it had not received left the log meanwhile
-                    yield number, frame
-                    after = number
-            if self._ended is not None and after == self._next - 1:
-                return
-            await changed.wait()
+        backlog = [event for event in self._events if event[0] > after]
+        live: asyncio.Queue[tuple[int, bytes] | None] | None = None
+        if self._ended is None:
+            live = asyncio.Queue()
+            self._followers.add(live)
+        return self._drain(backlog, live)
+
+    async def _drain(
+        self, backlog: list[tuple[int, bytes]], live: asyncio.Queue[tuple[int, bytes] | None] | None
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        try:
+            for event in backlog:
+                yield event
+            while live is not None:
+                item = await live.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            if live is not None:
+                self._followers.discard(live)
 
 
 class RunLogs:
     """The logs of an endpoint's runs, by run key, within `RunLogLimits`."""
 
-    def __init__(self, limits: RunLogLimits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: RunLogLimits, clock: Callable[[], float] = time.time) -> None:
         self.limits, self._clock = limits, clock
         self._logs: OrderedDict[Hashable, RunLog] = OrderedDict()
 

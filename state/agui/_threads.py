@@ -206,11 +206,11 @@ class ThreadService(Generic[M]):
                 raise RunInputError("the cursor names no message of this thread") from None
             count = await turn.history.count()
             older = count > len(messages) if start is None else len(messages) == MESSAGES_PAGE
-            stored = await turn.fetch(dict.fromkeys(run_keys, _RunStatus))
+            records = await turn.fetch(dict.fromkeys(run_keys, _RunStatus))
+            stored = [_status(found.stored()) for found in records]
             state = self.exposed.view(self.exposed.load(turn.session))
         listed = []
-        for run, found in zip(runs, stored, strict=True):
-            status = _status(found.stored())
+        for run, status in zip(runs, stored, strict=True):
             if status is not None:
                 listed.append({"runId": run["id"], "status": status,
                                "createdAt": _time(run.get("created")),

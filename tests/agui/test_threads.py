@@ -1,0 +1,263 @@
+"""The thread service of AGUIEndpoint over real HTTP (httpx's ASGI transport) on memory, file
+and Redis: a user's threads read without running the agent, listed newest first in pages,
+renamed and deleted, each behind the owner check; a long thread's last page read with the
+same storage reads as a short one's; a reconnect after the run's events left the log is 410."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from pydantic import BaseModel
+from starlette.requests import Request
+
+from agent_state import TurnIds, open_storage, open_turn
+from agent_state.agui import AgentRun, AGUIEndpoint, RunLogLimits
+from agent_state.backends import Storage
+from tests.agui.server_support import VALIDATOR, assert_valid_streams, store_contents
+from tests.stores import STORES
+
+APP = "planner"
+BACKENDS = ["memory", "file", "redis"]
+
+
+class Plan(BaseModel):
+    """The exposed state: a plan's steps, a run counter, and a server-only note."""
+
+    steps: list[str] = []
+    runs: int = 0
+    note: str = ""
+
+
+def header_user(request: Request) -> str | None:
+    return request.headers.get("x-user")
+
+
+async def planner(run: AgentRun[Plan]) -> None:
+    """Adds a step per run, keeps a note on the server, answers."""
+    run.state.runs += 1
+    run.state.steps.append(f"step {run.state.runs}")
+    run.state.note = "server only"
+    await run.sync()
+    await run.say(f"added step {run.state.runs}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def validator_process() -> Iterator[None]:
+    yield
+    VALIDATOR.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    store = open_storage(STORES[request.param](str(tmp_path)))
+    yield store
+    await store.close()
+
+
+class Client:
+    """Requests to one endpoint as a given user; every run's stream is kept for validation."""
+
+    def __init__(self, app: AGUIEndpoint[Any]) -> None:
+        self.app, self.streams = app, list[bytes]()
+
+    async def request(
+        self, method: str, path: str, *, user: str | None = "ada", body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:  # fmt: skip
+        sent = dict(headers or {})
+        if user is not None:
+            sent["x-user"] = user
+        content = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agui.test") as client:
+            return await client.request(method, path, content=content, headers=sent)
+
+    async def run(self, thread: str, run_id: str, text: str = "plan it", *,
+                  user: str = "ada", state: Any = None) -> httpx.Response:  # fmt: skip
+        body = {"threadId": thread, "runId": run_id, "state": state or {}, "tools": [],
+                "context": [], "forwardedProps": {},
+                "messages": [{"id": f"u-{run_id}", "role": "user", "content": text}]}  # fmt: skip
+        reply = await self.request("POST", "/", user=user, body=body,
+                                   headers={"accept": "text/event-stream"})  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        self.streams.append(reply.content)
+        return reply
+
+
+def endpoint(storage: Storage, agent: Callable[[AgentRun[Plan]], Awaitable[None]] = planner,
+             **options: Any) -> AGUIEndpoint[Plan]:  # fmt: skip
+    return AGUIEndpoint(agent, storage=storage, state=Plan, authenticate=header_user,
+                        server_only=("note",), app_name=APP, **options)  # fmt: skip
+
+
+def sse_ids(raw: bytes) -> list[int]:
+    """The `id` field of every event of a raw SSE body, in order."""
+    return [int(line[3:]) for line in raw.decode().split("\n") if line.startswith("id:")]
+
+
+async def test_a_users_threads_are_read_listed_renamed_and_deleted_behind_the_owner_check(
+    storage: Storage,
+) -> None:
+    client = Client(endpoint(storage))
+    first = await client.run("t1", "r1", "ship   the\nrelease")
+    assert first.headers["x-run-id"] == "r1"
+    assert sse_ids(first.content) == list(range(1, len(sse_ids(first.content)) + 1))
+    await client.run("t1", "r2", "next")
+    await client.run("t2", "r3", "another plan")
+    await client.run("t3", "r4", "bob's", user="bob")
+    assert_valid_streams(client.streams)
+
+    read = await client.request("GET", "/threads/t1")
+    assert read.status_code == 200, read.text
+    thread = read.json()
+    assert thread["threadId"] == "t1" and thread["title"] == "ship the release"
+    assert thread["state"] == {"steps": ["step 1", "step 2"], "runs": 2}  # no server-only note
+    assert [m["id"] for m in thread["messages"]] == [
+        "u-r1", thread["messages"][1]["id"], "u-r2", thread["messages"][3]["id"],
+    ]  # fmt: skip
+    assert thread["messages"][3] == {"id": thread["messages"][3]["id"], "role": "assistant",
+                                     "content": "added step 2"}  # fmt: skip
+    assert thread["before"] is None
+    assert [(r["runId"], r["status"]) for r in thread["runs"]] == [
+        ("r2", "completed"), ("r1", "completed"),
+    ]  # fmt: skip
+    assert all(r["createdAt"] and r["finishedAt"] for r in thread["runs"])
+
+    listed = (await client.request("GET", "/threads")).json()
+    assert [t["threadId"] for t in listed["threads"]] == ["t2", "t1"] and listed["next"] is None
+    assert listed["threads"][1] == {key: thread[key] for key in
+                                    ("threadId", "title", "createdAt", "updatedAt")}  # fmt: skip
+    page = (await client.request("GET", "/threads?limit=1")).json()
+    assert [t["threadId"] for t in page["threads"]] == ["t2"] and page["next"]
+    rest = (await client.request("GET", f"/threads?limit=1&cursor={page['next']}")).json()
+    assert [t["threadId"] for t in rest["threads"]] == ["t1"] and rest["next"] is None
+    bobs = (await client.request("GET", "/threads", user="bob")).json()
+    assert [t["threadId"] for t in bobs["threads"]] == ["t3"]
+
+    for method in ("GET", "PATCH", "DELETE"):
+        body = {"title": "mine now"} if method == "PATCH" else None
+        assert (await client.request(method, "/threads/t1", user="bob", body=body)).status_code == 403
+        assert (await client.request(method, "/threads/t1", user=None, body=body)).status_code == 401
+        assert (await client.request(method, "/threads/nope", body=body)).status_code == 404
+    assert (await client.request("GET", "/threads", user=None)).status_code == 401
+    assert (await client.request("GET", "/threads?limit=101")).status_code == 422
+
+    before = await store_contents(storage)
+    for bad in ({"title": "x" * 201}, {"title": 3}, {"title": "a", "more": 1}, b'{"title": NaN}',
+                b'{"title": "a", "title": "b"}', b"x" * 5_000):  # fmt: skip
+        refused = await client.request("PATCH", "/threads/t1", body=bad)
+        assert refused.status_code in (413, 422), refused.text
+        assert set(refused.json()) == {"detail"}
+    assert await store_contents(storage) == before
+    renamed = await client.request("PATCH", "/threads/t1", body={"title": "Release plan"})
+    assert renamed.status_code == 200
+    assert renamed.json() == {**listed["threads"][1], "title": "Release plan"}
+    assert (await client.request("GET", "/threads/t1")).json()["title"] == "Release plan"
+
+    session = f"agui/conversations/t1/users/ada/agents/{APP}"
+    assert any(key.startswith(session) for key in await store_contents(storage))
+    assert (await client.request("DELETE", "/threads/t1")).status_code == 204
+    assert (await client.request("GET", "/threads/t1")).status_code == 404
+    assert (await client.request("GET", "/threads/t1/runs/r1/events")).status_code == 404
+    left = await store_contents(storage)
+    assert not [key for key in left if key.startswith(session) or "/t1/" in key
+                or key.endswith("/sessions/t1")]  # fmt: skip
+    assert [t["threadId"] for t in (await client.request("GET", "/threads")).json()["threads"]] == [
+        "t2"
+    ]
+    assert (await client.request("GET", "/threads/t2")).json()["state"]["runs"] == 1
+    again = await client.run("t1", "r5", "start over", user="bob")  # the id is free again
+    assert again.status_code == 200
+    assert (await client.request("GET", "/threads/t1", user="bob")).json()["state"]["runs"] == 1
+
+
+class CountingReads:
+    """Counts the calls (and keys) of a real storage's `read` while `counting` is on."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.calls, self.keys, self.counting = 0, 0, False
+        read = storage.read
+
+        async def counted(keys: Any) -> Any:
+            keys = list(keys)
+            if self.counting:
+                self.calls, self.keys = self.calls + 1, self.keys + len(keys)
+            return await read(keys)
+
+        setattr(storage, "read", counted)  # noqa: B010 (instrumenting one instance)
+
+
+async def seed(storage: Storage, client: Client, thread: str, messages: int) -> None:
+    """A thread of `messages` messages: one run (two), then the rest appended in one turn."""
+    await client.run(thread, f"{thread}-r1")
+    async with open_turn(storage, TurnIds("agui", "ada", thread, APP)) as turn:
+        await turn.history.append(*({"id": f"{thread}-m{i}", "role": "user", "content": f"m{i}"}
+                                    for i in range(messages - 2)))  # fmt: skip
+
+
+LONG = {"memory": 10_000, "redis": 10_000, "file": 1_000}
+"""Messages of the long thread per backend: on files each message's index entry is a file
+written durably (about 13 ms each here), so 1,000 messages (31 history pages) stand in."""
+
+
+@pytest.mark.parametrize("backend", list(LONG))
+async def test_the_last_page_of_a_10000_message_thread_takes_the_reads_of_a_10_message_one(
+    backend: str, tmp_path: Path
+) -> None:
+    storage = open_storage(STORES[backend](str(tmp_path)))
+    client, long = Client(endpoint(storage)), LONG[backend]
+    await seed(storage, client, "short", 10)
+    await seed(storage, client, "long", long)
+    counter = CountingReads(storage)
+    cost, keys, body = {}, {}, {}
+    for thread, size in (("short", 10), ("long", long)):
+        counter.calls = counter.keys = 0
+        counter.counting = True
+        reply = await client.request("GET", f"/threads/{thread}")
+        counter.counting = False
+        assert reply.status_code == 200
+        body = reply.json()
+        cost[thread], keys[thread] = counter.calls, counter.keys
+        assert [m["id"] for m in body["messages"]][-1] == f"{thread}-m{size - 3}"
+        assert len(body["messages"]) == min(size, 50)
+        assert [r["status"] for r in body["runs"]] == ["completed"]
+    assert cost["long"] == cost["short"] == 3, cost  # buckets and records, head, page and runs
+    assert keys["long"] <= keys["short"] + 2, keys  # two history pages more, whatever the length
+    older = (await client.request("GET", f"/threads/long?before={body['before']}")).json()
+    assert [m["id"] for m in older["messages"]] == [
+        f"long-m{i}" for i in range(long - 102, long - 52)
+    ]
+    assert (await client.request("GET", "/threads/long?before=bm9wZQ")).status_code == 422
+    await storage.close()
+
+
+async def test_a_reconnect_past_the_retained_events_is_410(storage: Storage) -> None:
+    now = [1_000.0]
+
+    async def noisy(run: AgentRun[Plan]) -> None:
+        for number in range(300):
+            run.state.runs = number
+            await run.sync()
+
+    limits = RunLogLimits(max_events=100, retention=60)
+    client = Client(endpoint(storage, noisy, run_logs=limits, clock=lambda: now[0]))
+    reply = await client.run("t1", "r1")
+    ids = sse_ids(reply.content)
+    assert ids == list(range(1, 304))  # the POST stream loses nothing: 299 deltas and 4 more
+    path = "/threads/t1/runs/r1/events"
+    assert (await client.request("GET", path, headers={"last-event-id": "10"})).status_code == 410
+    assert (await client.request("GET", f"{path}?after=202")).status_code == 410  # 203 is gone
+    tail = await client.request("GET", path, headers={"last-event-id": "203"})
+    assert tail.status_code == 200 and tail.headers["content-type"].startswith("text/event-stream")
+    assert sse_ids(tail.content) == list(range(204, 304))  # the 100 kept
+    assert tail.content == reply.content[reply.content.index(b"id: 204\n") :]
+    assert (await client.request("GET", path, user="bob")).status_code == 403
+    assert (await client.request("GET", "/threads/t1/runs/r9/events")).status_code == 404
+    now[0] += 61  # the run ended over a minute ago on the endpoint's clock
+    gone = await client.request("GET", path, headers={"last-event-id": "300"})
+    assert gone.status_code == 410 and "not kept" in gone.json()["detail"]
