@@ -17,7 +17,7 @@ from agent_state.inspect import InspectorConfigError, check_bind_host, inspector
 
 HOSTILE = "<script>alert(1)</script>"
 RAW_KEY = 'x/<img src=x onerror="alert(2)">'
-SEEDED = {
+SEEDED: dict[str, dict[str, Any]] = {
     user_key("web", "ada"): {"name": "Ada", "visits": 3},
     user_key("web", "bob"): {"name": "Bob"},
     user_key("web", HOSTILE): {"name": HOSTILE, "bio": "</pre></textarea><b>x</b>"},

@@ -17,7 +17,7 @@ from agent_state.backends import ANY, FileStorage, StoreItem
 from tests.pages.conftest import free_port, run_async, serve, shot, stop
 
 HOSTILE = "<img src=x onerror=alert(1)>"
-SEEDED = {
+SEEDED: dict[str, dict[str, Any]] = {
     user_key("web", "ada"): {"name": "Ada", "visits": 3},
     user_key("web", "grace"): {"name": "Grace"},
     user_key("web", HOSTILE): {"name": "<script>alert(2)</script>"},
