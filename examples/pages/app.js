@@ -165,6 +165,7 @@ async function listThreads() {
   for (const thread of threads) {
     const item = document.createElement("li");
     item.className = thread.threadId === threadId ? "current" : "";
+    if (thread.threadId === threadId) $("title").textContent = thread.title || "Untitled thread";
     const link = document.createElement("a");
     link.href = pageUrl(thread.threadId);
     link.textContent = thread.title || "Untitled thread";

@@ -45,9 +45,11 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless Chromium for the session (each test gets its own context)."""
+    """One headless Chromium per module (each test gets its own context). Not per session:
+    Playwright's sync API keeps an event loop running while it is open, which the async
+    tests of the modules after this one could not start their own loop under."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

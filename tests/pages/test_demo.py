@@ -111,6 +111,7 @@ def test_a_run_streams_into_the_page_and_edits_are_kept(
         ]
     )
     expect(page.locator("#threads li.current a")).to_have_text(ASK)
+    expect(page.locator("#title")).to_have_text(ASK)  # the thread service's title
     shot(page, tmp_path, "after-two-runs")
 
 
