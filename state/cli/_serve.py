@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator
 
 import click
 
-from .. import open_storage
-from ._store import CommandError, Options
+from ._store import CommandError, open_store
 
 
 @click.command()
@@ -48,11 +47,7 @@ def serve(
         check_bind_host(host, allow_remote=allow_remote)
     except InspectorConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    options = ctx.find_object(Options)
-    url = options.store if options is not None else None
-    if not url:
-        raise CommandError("no store given: pass --store URL or set AGENT_STATE_URL")
-    storage = open_storage(url)
+    storage = open_store(ctx)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

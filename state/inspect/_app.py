@@ -25,7 +25,7 @@ from ..backends import (
     StorageUnavailableError,
     StoreItem,
 )
-from ._browse import VIEWS, Row, page, parsed
+from ._browse import VIEWS, Page, Row, page, parsed
 from ._guard import host_of, is_loopback
 from ._html import CSP, esc, href, layout
 
@@ -176,7 +176,7 @@ class _Pages:
         body = _notice("error", reason) + self._document_body(key, shown, text, under)
         return _page(status, "Not saved", body)
 
-    def _document_body(self, key: str, item: StoreItem, text: str, under: Any) -> str:
+    def _document_body(self, key: str, item: StoreItem, text: str, under: Page) -> str:
         size = len(item.data) if item.data is not None else len(orjson.dumps(item.value))
         ttl = "none (lives for good)" if item.ttl is None else f"{item.ttl:.0f} s left"
         info = parsed(key, self.namespace)

@@ -68,6 +68,8 @@ def test_a_run_streams_into_the_page_and_edits_are_kept(
     page: Page, demo: tuple[str, Path], tmp_path: Path
 ) -> None:
     base, folder = demo
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
     thread = f"t-{uuid.uuid4().hex[:8]}"
     open_thread(page, base, "ada", thread)
     shot(page, tmp_path, "empty")
@@ -113,6 +115,8 @@ def test_a_run_streams_into_the_page_and_edits_are_kept(
     expect(page.locator("#threads li.current a")).to_have_text(ASK)
     expect(page.locator("#title")).to_have_text(ASK)  # the thread service's title
     shot(page, tmp_path, "after-two-runs")
+    assert f"{base}/demo/ag-ui-client.js" in requested  # the bundle, from our server
+    assert all(url.startswith(base + "/") for url in requested), requested  # no CDN
 
 
 def test_a_reload_restores_the_thread_from_the_thread_service(
