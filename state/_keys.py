@@ -206,8 +206,8 @@ def thread_record_key(session: str) -> str:
 
 
 def session_index_key(key: str) -> tuple[str, str] | None:
-    """For a key that starts a session (`S`, `S/history`, `S/agui` or `S/agui-thread`, where `S` may be an
-    agent's `.../agents/{app}`): the user's index entry of that session,
+    """For a key that starts a session (`S`, `S/history`, `S/agui` or `S/agui-thread`, where
+    `S` may be an agent's `.../agents/{app}`): the user's index entry of that session,
     `N/{channel}/users/{user}/sessions/{conversation}` (one for all agents of it), and the
     session's key without an agent, which the entry holds. None for any other key."""
     parts = key.split("/")

@@ -1,4 +1,9 @@
-"""The AG-UI endpoint: an ASGI app that takes a POSTed `RunAgentInput` and streams the run.
+"""The AG-UI endpoint: an ASGI app that takes a POSTed `RunAgentInput` and streams the run,
+and serves the user's threads (`/threads...`, `_threads.py`) and reconnects to a run's events.
+
+A run executes in a task of its own, its events numbered into the run's log (`_run_log.py`),
+which the POST's stream follows (each SSE frame with its `id`) and a reconnect follows from
+`Last-Event-ID`; the client going away cancels the run only with `cancel_on_disconnect`.
 
 Everything that can refuse a run is checked before the stream starts, in the turn that
 records the run as accepted, so a refusal is an HTTP status with nothing written: 401 (no

@@ -141,8 +141,12 @@ async def test_a_users_threads_are_read_listed_renamed_and_deleted_behind_the_ow
 
     for method in ("GET", "PATCH", "DELETE"):
         body = {"title": "mine now"} if method == "PATCH" else None
-        assert (await client.request(method, "/threads/t1", user="bob", body=body)).status_code == 403
-        assert (await client.request(method, "/threads/t1", user=None, body=body)).status_code == 401
+        assert (
+            await client.request(method, "/threads/t1", user="bob", body=body)
+        ).status_code == 403
+        assert (
+            await client.request(method, "/threads/t1", user=None, body=body)
+        ).status_code == 401
         assert (await client.request(method, "/threads/nope", body=body)).status_code == 404
     assert (await client.request("GET", "/threads", user=None)).status_code == 401
     assert (await client.request("GET", "/threads?limit=101")).status_code == 422

@@ -12,7 +12,8 @@ from agent_state import AgentApplication, Record, TurnContext, TurnState
 from agent_state._delivery import DeliveryRecord
 from agent_state._history import _Entry, _Head, _Page
 from agent_state._runs import RunRecord
-from agent_state.agui._thread_input import SentState, _Owner
+from agent_state.agui._thread_input import Owner, SentState
+from agent_state.agui._threads import ThreadRecord
 from agent_state.backends import FormatError, MemoryStorage, StoreItem
 
 RUN = {"format": 2, "id": "r", "status": "accepted", "input": "d", "selection": {},
@@ -23,8 +24,9 @@ KINDS: list[tuple[type[Record], dict[str, Any]]] = [
     (_Page, {"format": 1, "messages": []}),
     (_Entry, {"format": 1, "seq": 0}),
     (RunRecord, RUN),
-    (_Owner, {"format": 2, "user": "ada"}),
+    (Owner, {"format": 2, "user": "ada"}),
     (SentState, {"format": 2, "sent": {}, "last": None, "pending": {}}),
+    (ThreadRecord, {"format": 1, "title": "", "created": 1.0, "updated": 2.0, "runs": []}),
 ]
 
 
