@@ -56,6 +56,9 @@ def browser() -> Iterator[Browser]:
         server_missing("Playwright for Python (the .[pages] extra)")
     if not os.access(CHROMIUM, os.X_OK):
         server_missing(f"Chromium at {CHROMIUM} (Debian's chromium package)")
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=15_000)  # how long a check waits for the page: a loaded machine
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         yield launched
