@@ -7,6 +7,10 @@ step): its edits are merged into the stored plan. The `runs` counter is stored w
 but never leaves the server. Threads live in local files under `./.agui-state` (or `--dir`,
 or the AGENT_STATE_AGUI_DIR environment variable).
 
+It also serves the demo page, http://127.0.0.1:8000/demo/ (examples/pages/: a plan editor on
+the real @ag-ui/client, bundled once by `bash examples/pages/build.sh`, which needs npm):
+
+    bash examples/pages/build.sh
     python examples/agui_server.py --port 8000   # or, in the repository root:
     uvicorn examples.agui_server:app --port 8000
 
@@ -33,16 +37,27 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
+from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import FileResponse, RedirectResponse
+from starlette.routing import BaseRoute, Mount, Route
 
 from agent_state.agui import AgentRun, AGUIEndpoint
 from agent_state.backends import FileStorage
 
 DEFAULT_DIR = "./.agui-state"
 DIR_VARIABLE = "AGENT_STATE_AGUI_DIR"
+PAGES = Path(__file__).resolve().parent / "pages"
+PAGE_FILES = {
+    "": "index.html",
+    "app.js": "app.js",
+    "style.css": "style.css",
+    "ag-ui-client.js": "bundle/ag-ui-client.js",  # built by build.sh, never committed
+}
 
 
 class Step(BaseModel):
@@ -95,11 +110,31 @@ def authenticate(request: Request) -> str | None:
     return request.headers.get("x-user") or None
 
 
-def build_app(storage: FileStorage) -> AGUIEndpoint[Plan]:
-    """The ASGI app: POST a RunAgentInput to it (mount it in Starlette or FastAPI at will)."""
-    return AGUIEndpoint(
+def page_routes(pages: Path = PAGES) -> list[BaseRoute]:
+    """The demo page under /demo/: our HTML, script and style, and the bundled client (a
+    clear error when it was not built: the page must not fall back to a CDN)."""
+    bundle = pages / PAGE_FILES["ag-ui-client.js"]
+    if not bundle.is_file():
+        raise SystemExit(
+            f"the demo page needs {bundle}: run `bash examples/pages/build.sh` first "
+            "(it bundles the pinned @ag-ui/client with npm)"
+        )
+
+    def serve(name: str) -> Route:
+        path = pages / PAGE_FILES[name]
+        return Route(f"/demo/{name}", lambda request: FileResponse(path), methods=["GET"])
+
+    redirect = Route("/demo", lambda request: RedirectResponse("/demo/"), methods=["GET"])
+    return [redirect, *(serve(name) for name in PAGE_FILES)]
+
+
+def build_app(storage: FileStorage) -> Starlette:
+    """The ASGI app: POST a RunAgentInput to / (the thread service beside it), the demo page
+    at /demo/ (mount the endpoint in Starlette or FastAPI at will)."""
+    endpoint = AGUIEndpoint(
         planner, storage=storage, state=Plan, authenticate=authenticate, server_only=["runs"]
     )
+    return Starlette(routes=[*page_routes(), Mount("/", endpoint)])
 
 
 def main() -> None:

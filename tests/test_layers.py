@@ -42,11 +42,18 @@ LAYERS = {
         Layer("agent_state.agui", _TOP, public_only=True),
         Layer("agent_state.bridges", _TOP, public_only=True),
         # the command line's import-m365 runs the M365 bridge's data mover
-        Layer("agent_state.cli", _TOP | {"agent_state.bridges"}, public_only=True),
+        # and `serve --inspect` the inspector
+        Layer(
+            "agent_state.cli",
+            _TOP | {"agent_state.bridges", "agent_state.inspect"},
+            public_only=True,
+        ),
         # `python -m agent_state` is the command line's second door
         Layer("agent_state.__main__", frozenset({"agent_state.cli"}), public_only=True),
         # telemetry wraps the public doors it measures, the AG-UI endpoint among them
         Layer("agent_state.telemetry", _TOP | {"agent_state.agui"}, public_only=True),
+        # the development state inspector: pages over the public core and storages
+        Layer("agent_state.inspect", _TOP, public_only=True),
     ]
 }
 

@@ -56,6 +56,7 @@ PUBLIC_MODULES = {
     "agent_state.bridges.adk": ["AgentStateSessionService"],
     "agent_state.cli": ["main"],
     "agent_state.telemetry": ["instrument", "uninstrument"],
+    "agent_state.inspect": ["InspectorConfigError", "check_bind_host", "inspector_app"],
     "agent_state.agui": [
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RequestLimits", "RunHaltedError", "RunInputError", "RunInputTimeoutError",

@@ -34,6 +34,7 @@ COMMANDS = (
     "_forget_user",
     "_import_m365",
     "_doctor",
+    "_serve",
 )
 """The modules whose `command` the group runs, in the order `--help` lists them."""
 

@@ -26,23 +26,27 @@ class Options:
     store: str | None
 
 
-def run_on_store(ctx: click.Context, work: Callable[[Storage], Awaitable[T]]) -> T:
-    """Open the store named by `--store` (or $AGENT_STATE_URL), run `work` on it, close it."""
+def open_store(ctx: click.Context) -> Storage:
+    """The store named by `--store` (or $AGENT_STATE_URL), opened; the caller closes it."""
     options = ctx.find_object(Options)
     url = options.store if options is not None else None
     if not url:
         raise CommandError("no store given: pass --store URL or set AGENT_STATE_URL")
+    try:
+        return open_storage(url)
+    except ImportError as exc:
+        scheme = url.split("://", 1)[0]
+        raise CommandError(
+            f"{scheme}:// stores need {exc.name or 'an optional package'}: "
+            "pip install -e '.[all]' in the agent-state clone (or the extra of that backend)"
+        ) from None
+
+
+def run_on_store(ctx: click.Context, work: Callable[[Storage], Awaitable[T]]) -> T:
+    """Open the store named by `--store` (or $AGENT_STATE_URL), run `work` on it, close it."""
 
     async def main() -> T:
-        try:
-            storage = open_storage(url)
-        except ImportError as exc:
-            scheme = url.split("://", 1)[0]
-            raise CommandError(
-                f"{scheme}:// stores need {exc.name or 'an optional package'}: "
-                "pip install -e '.[all]' in the agent-state clone (or the extra of that backend)"
-            ) from None
-        async with storage:
+        async with open_store(ctx) as storage:
             return await work(storage)
 
     return asyncio.run(main())
