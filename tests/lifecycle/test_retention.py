@@ -109,6 +109,14 @@ async def test_a_due_session_is_renewed_whole_in_one_save(storage: Storage) -> N
     assert all(left is not None and 2 * TTL - 5 < left <= 2 * TTL + 2 for left in renewed.values())
 
 
+async def test_a_pending_run_holds_every_document_of_its_session(storage: Storage) -> None:
+    await turn(storage, 0, messages=40)
+    await accept_run(storage, IDS, "r1", {}, history=literal([]), lease=LEASE)
+    found = await session_documents(storage)
+    assert len(found) > 45 and any("/runs/r1" in key for key in found)
+    assert all(left is not None and LEASE - 3 < left <= LEASE + TTL + 3 for left in found.values())
+
+
 class Clock:
     """The memory store's clock, moved by the test; `time` for the runs' leases."""
 
