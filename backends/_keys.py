@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 from ._errors import InvalidKeyError
 
@@ -19,15 +18,29 @@ def check_key(key: object) -> str:
     so no key can name a parent, an absolute path or a truncated C string in any store.
     """
     if type(key) is str:
-        return _checked(key)
+        return key if key in _REMEMBERED else _remember(key)
     if not isinstance(key, str):
         raise InvalidKeyError(f"storage key must be a str, not {type(key).__name__}")
-    return _checked.__wrapped__(key)  # a str subclass is checked every time, never remembered
+    return _valid(key)  # a str subclass is checked every time, never remembered
 
 
-@lru_cache(maxsize=KEYS_REMEMBERED)
-def _checked(key: str) -> str:
-    """`check_key` for a plain str; only keys that pass are remembered (a refusal raises)."""
+_REMEMBERED: dict[str, None] = {}
+"""Plain-str keys that passed, at most `KEYS_REMEMBERED`, emptied when full: unlike an LRU
+cache's table, which a scan of many keys (a store-wide export) rebuilds while the old one
+is still held, this set's memory peaks at the same size whatever the number of keys."""
+
+
+def _remember(key: str) -> str:
+    """Check `key` and remember it (only keys that pass: a refusal raises)."""
+    _valid(key)
+    if len(_REMEMBERED) >= KEYS_REMEMBERED:
+        _REMEMBERED.clear()
+    _REMEMBERED[key] = None
+    return key
+
+
+def _valid(key: str) -> str:
+    """`check_key` for a str, every time."""
     if not key:
         raise InvalidKeyError("storage key is empty")
     if "\x00" in key:
@@ -52,7 +65,8 @@ def check_keys(keys: Iterable[str]) -> list[str]:
         batch = iter(keys)
     except TypeError:
         raise InvalidKeyError(f"pass a list of keys, not {type(keys).__name__}") from None
-    return [_checked(key) if type(key) is str else check_key(key) for key in batch]
+    remembered = _REMEMBERED
+    return [key if type(key) is str and key in remembered else check_key(key) for key in batch]
 
 
 def check_prefix(prefix: object) -> str:

@@ -12,9 +12,9 @@ forget finds the user's id or any text they sent (target: no).
 Backup: `export_store` of 10,000 and 100,000 documents on MemoryStorage to a file, and
 `import_store` of that file into a fresh MemoryStorage; tracemalloc's peak during each (for
 the import, above what the target store holds afterwards: the documents themselves are the
-store's). Target: the peak at 100,000 within 1.5x of the peak at 10,000. The export's peak
-holds one bounded structure that 10,000 keys do not fill: the per-key validation cache
-(`backends/_keys.py`, 8,192 keys) rebuilding its table; 200,000 documents show it flat.
+store's). Target: the peak at 100,000 within 1.5x of the peak at 10,000 (200,000 shows
+the trend). The export's peak holds the store's set of validated keys (`backends/_keys.py`,
+at most 8,192 keys, emptied when full), the same at every size.
 
 Run: .venv/bin/python benchmarks/lifecycle.py
 """

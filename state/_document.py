@@ -15,6 +15,7 @@ runs, AG-UI thread documents), plain JSON objects with one format check.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar
 
@@ -41,7 +42,9 @@ class Document:
     `AgentState`): `kind` names it in errors (a bucket's scope, a record's kind), `ttl` is
     how long a saved one lives, `last_writer_wins` lets a save overwrite a newer version.
     `reads` holds the paths the turn read (`read_all`: everything), `exposed` whether
-    anything was edited or lent.
+    anything was edited or lent. `expires_at` is when the stored version expires (Unix time,
+    None: never or not stored) and `holds` how many seconds from its save the document needs
+    its session to live at least (a pending run's lease; see `_retention.py`).
     """
 
     kind: ClassVar[str] = "document"
@@ -49,11 +52,13 @@ class Document:
     last_writer_wins: ClassVar[bool] = False
 
     __slots__ = (
-        "key", "etag", "closed", "reads", "read_all", "exposed",
+        "key", "etag", "closed", "reads", "read_all", "exposed", "expires_at", "holds",
         "_loaded", "_stored", "_value", "_base", "_pending",
     )  # fmt: skip
     key: str | None
     etag: str | None
+    expires_at: float | None
+    holds: float | None
     reads: set[tuple[str, ...]]
     _loaded: dict[str, Any] | None
     _stored: bytes | None
@@ -65,11 +70,12 @@ class Document:
         self.key = key
         self.closed = self.read_all = self.exposed = False
         self.reads = set()
-        self._value = self._base = self._pending = None
+        self._value = self._base = self._pending = self.holds = None
         if item is None:  # `load(item)`, inline: every bucket of every turn starts here
-            self._loaded = self._stored = self.etag = None
+            self._loaded = self._stored = self.etag = self.expires_at = None
         else:
             self._loaded, self._stored, self.etag = item.value, item.data, item.etag
+            self.expires_at = _expiry(item)
 
     def load(self, item: StoreItem | None) -> None:
         """Start over from a stored version (None: not stored yet), dropping unsaved edits.
@@ -79,6 +85,7 @@ class Document:
         self._loaded = item.value if item is not None else None
         self._stored = item.data if item is not None else None
         self.etag = item.etag if item is not None else None
+        self.expires_at = _expiry(item) if item is not None else None
         self._value = self._base = self._pending = None
         self.reads = set()
         self.read_all = self.exposed = False
@@ -150,6 +157,13 @@ class Document:
         self._pending = dumped
         return StoreItem(document, self.etag, dumped, ttl=self.ttl)
 
+    def kept_write(self) -> StoreItem:
+        """The write storing the document as it stands, conditional on its version: a save
+        adds it to give an unchanged document another TTL (`_retention.py`)."""
+        self.root()
+        self._pending = self._base
+        return StoreItem(self.document(), self.etag, self._pending)
+
     def upgrade_write(self) -> StoreItem | None:
         """The write storing an unchanged document read at an older schema version, migrated;
         None for every other document. A save adds it to a write it makes anyway, never one of
@@ -176,6 +190,7 @@ class Document:
             return
         if self.last_writer_wins:  # keep this document, written over the newer version
             self.etag = newer.etag if newer is not None else None
+            self.expires_at = _expiry(newer) if newer is not None else None
             return
         if newer is None and self.etag is not None:
             raise self._conflict(message=f"{self.kind} state was deleted")
@@ -195,7 +210,7 @@ class Document:
             raise self._conflict(message=f"cannot rebase: {exc}") from exc
         self._adopt(merged)
         self._loaded = self._stored = self._pending = None
-        self.etag, self._base = fresh.etag, fresh._base
+        self.etag, self._base, self.expires_at = fresh.etag, fresh._base, fresh.expires_at
 
     def dump(self, document: dict[str, Any]) -> bytes:
         """`document` as the JSON bytes stored; `StateValueError` naming what is not JSON."""
@@ -237,6 +252,11 @@ class Document:
         return StateConflictError(
             [self.key or ""], scopes=[self.kind], paths=paths, message=message, retryable=False
         )
+
+
+def _expiry(item: StoreItem) -> float | None:
+    """When a stored version read just now expires (Unix time), from its remaining TTL."""
+    return None if item.ttl is None else time.time() + item.ttl
 
 
 def _lent_value(document: dict[str, Any], parts: tuple[str, ...]) -> Any:

@@ -221,6 +221,18 @@ def session_index_key(key: str) -> tuple[str, str] | None:
     return None
 
 
+def session_members(session: str) -> tuple[str, str, str | None]:
+    """What belongs to the session whose key is `session` (`S`, or an agent's
+    `S/agents/{app}`) besides its bucket: every key under `S/` except the sessions of agents
+    (the third value, a prefix to leave out; None for an agent's session), and the AG-UI
+    owner record of its thread (`C/agui-owner`, `C/agui-owner/{app}`)."""
+    parts = session.split("/")
+    if len(parts) >= 7 and parts[-2] == "agents" and parts[-4] == "users":
+        owner = "/".join((*parts[:-4], "agui-owner", parts[-1]))
+        return f"{session}/", owner, None
+    return f"{session}/", "/".join((*parts[:-2], "agui-owner")), f"{session}/agents/"
+
+
 def forgetting_key(user: str) -> str:
     """`U/forgetting` for the user key `user`: present while a forget of that user is under way."""
     return f"{user}/forgetting"

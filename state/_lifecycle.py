@@ -24,6 +24,7 @@ from ._ids import TurnIds
 from ._keys import session_index_key
 from ._plan import Scopes
 from ._queue import TurnQueues
+from ._retention import give_expiry
 from ._turn_state import TurnState
 from .backends import ConflictError, Storage, StoreItem
 
@@ -60,8 +61,10 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
     the scopes (or record kinds), and every document keeps its changes for a retry. A batch
     that starts a session also writes the user's index entry of it (`session_index_key`), so
-    no session is ever stored without the entry `forget_user` finds it by.
+    no session is ever stored without the entry `forget_user` finds it by; the documents of a
+    session whose scope has a TTL get its one expiry (`give_expiry`).
     """
+    documents = list(documents)
     pending: dict[str, tuple[Document, StoreItem]] = {}
     read: dict[str, Document] = {}
     for document in documents:
@@ -80,19 +83,33 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
         if upgrade is not None:
             pending[key] = (document, upgrade)
             del read[key]
+    renewals = await give_expiry(storage, documents, pending, read)
     unchanged = {key: document.etag for key, document in read.items()} or None
     changes = {key: item for key, (_, item) in pending.items()}
+    changes.update(renewals)
     for key, item in list(changes.items()):
         if item.etag is None and (index := session_index_key(key)) is not None:
             changes[index[0]] = StoreItem({"session": index[1]}, "*")
     try:
         etags = await storage.write(changes, unchanged=unchanged)
     except ConflictError as exc:
-        scopes = [_kind(key, pending, read) for key in exc.keys]
-        report("conflict", scopes=scopes, keys=len(exc.keys))
-        raise StateConflictError(exc.keys, scopes=scopes) from exc
+        keys = list(dict.fromkeys(_renewed(key, renewals, pending) for key in exc.keys))
+        scopes = [_kind(key, pending, read) for key in keys]
+        report("conflict", scopes=scopes, keys=len(keys))
+        raise StateConflictError(keys, scopes=scopes) from exc
     for key, (document, _) in pending.items():
         document.mark_saved(etags[key])
+
+
+def _renewed(
+    key: str, renewals: dict[str, StoreItem], pending: dict[str, tuple[Document, StoreItem]]
+) -> str:
+    """A conflicting key of a save, or for a document it renewed, its session's bucket (read
+    again, it says whether the session is still due)."""
+    if key not in renewals:
+        return key
+    buckets = [k for k, (d, w) in pending.items() if d.kind == "session" and w.ttl is not None]
+    return next((k for k in buckets if key.startswith(f"{k}/")), buckets[0])
 
 
 def _kind(

@@ -178,6 +178,7 @@ async def accept_run(
                 stored["status"], stored["error"] = "failed", "its lease ran out before it ended"
                 return _run(ids, run_id, stored, resubmitted=True)
             stored["expires"] = clock() + lease  # never opened: this submission runs it
+            record.holds = lease  # its session lives while the run waits (docs/lifecycle.md)
             return _run(ids, run_id, stored, resubmitted=False)
         kept = await check(state) if check is not None else None
         selection = history.to_json()
@@ -201,6 +202,7 @@ async def accept_run(
                        "request": run_input if kept is None else kept, "selection": selection,
                        "parent": parent, "children": [], "messages": [], "result": None,
                        "error": None, "expires": clock() + lease, "opened": None})  # fmt: skip
+        record.holds = lease
         return _run(ids, run_id, record.value, resubmitted=False)
 
     return await run_turn(storage, ids, accept)  # a concurrent submission: run again, see it
@@ -294,6 +296,8 @@ async def _claim(storage: Storage, run: Run, *, recover: bool, clock: Clock, lea
 
     async def claim(state: TurnState, attempt: int) -> None:
         record = await _record(state, run.run_id, "accepted")
+        (document,) = await state.fetch({run_key(_session(state), run.run_id): RunRecord})
+        document.holds = lease
         if record["opened"] is not None:
             if not recover:
                 raise RunStateError(f"run {run.run_id!r} is already opened and not finished")

@@ -232,8 +232,11 @@ class BlobStorage(Storage):
                 name_starts_with=start or None, include=["metadata"]
             )
             async for blob in listing:
+                if expired(_expiry(blob)):  # the sweep of a store without native expiry
+                    await self._remove_expired(self.container.get_blob_client(blob.name), blob.etag)
+                    continue
                 key = await self._listed_key(blob)
-                if key is not None and key.startswith(prefix) and not expired(_expiry(blob)):
+                if key is not None and key.startswith(prefix):
                     yield key
 
     async def _close(self) -> None:

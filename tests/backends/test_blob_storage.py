@@ -567,10 +567,18 @@ async def blob_exists(store: BlobStorage, key: str) -> bool:
 async def test_expired_blob_reads_as_missing_and_is_removed(storage: BlobStorage) -> None:
     await plant_expired(storage, "k/old", b'{"v":1}')
     await storage.write({"k/live": StoreItem({"v": 2})}, ttl=3600)
-    assert sorted([k async for k in storage.list("k/")]) == ["k/live"]  # metadata says expired
-    assert await blob_exists(storage, "k/old")  # listing removes nothing
     assert list(await storage.read(["k/old", "k/live"])) == ["k/live"]
     assert not await blob_exists(storage, "k/old")
+
+
+async def test_a_listing_removes_the_expired_blobs_it_passes(storage: BlobStorage) -> None:
+    """The sweep of a store without native expiry (a session's documents expire together)."""
+    await plant_expired(storage, "k/old", b'{"v":1}')
+    await plant_expired(storage, "j/old", b'{"v":1}')
+    await storage.write({"k/live": StoreItem({"v": 2})}, ttl=3600)
+    assert sorted([k async for k in storage.list("k/")]) == ["k/live"]  # metadata says expired
+    assert not await blob_exists(storage, "k/old")
+    assert await blob_exists(storage, "j/old")  # not under the prefix listed: not met yet
 
 
 async def test_lazy_removal_never_removes_a_fresh_write(storage: BlobStorage) -> None:
