@@ -299,8 +299,11 @@ def check_retries(retries: object) -> None:
 
 
 async def _rebase(storage: Storage, documents: list[Document], keys: list[str]) -> None:
-    """Replay the changes of the documents of `keys` onto their stored versions, read anew."""
-    found = await storage.read(keys)
+    """Replay the changes of the documents of `keys` onto their stored versions, read anew.
+    A key of no document (a session index entry, whose write another batch's commit held
+    up) needs nothing replayed: the next save writes it again."""
     by_key = {document.key: document for document in documents}
-    for key in keys:
+    mine = [key for key in keys if key in by_key]
+    found = await storage.read(mine)
+    for key in mine:
         by_key[key].rebase(found.get(key))

@@ -21,7 +21,7 @@ from agent_state import (
     open_storage,
     open_turn,
 )
-from agent_state.agui._thread_input import SentState, _Owner
+from agent_state.agui._thread_input import Owner, SentState
 from agent_state.backends import MemoryStorage, Storage, StoreItem
 from tests.stores import STORES
 
@@ -50,7 +50,7 @@ async def turn(storage: Storage, n: int, *, messages: int = 1) -> None:
         session = str(state.session.key)
         conversation = str(state.conversation.key)
         sent, owner = await state.fetch(
-            {f"{session}/agui": SentState, f"{conversation}/agui-owner/bot": _Owner}
+            {f"{session}/agui": SentState, f"{conversation}/agui-owner/bot": Owner}
         )
         sent.value.update(format=1, sent={"turns": n}, last=None, pending={})
         owner.value.update(format=1, user="ada")
