@@ -76,7 +76,7 @@ class StripedFileLocks:
                 await held.enter_async_context(self._task_lock(stripe))
             return await asyncio.to_thread(self._call_locked, stripes, order, deadline, action)
 
-    def run_if_free(self, stripe: str, action: Callable[[], None]) -> None:
+    def run_if_free(self, stripe: str, action: Callable[[], object]) -> None:
         """Run blocking `action` holding the stripe's lock if nobody holds it now; never waits."""
         with _flocked(self._directory / stripe, time.monotonic()) as held:
             if held:
