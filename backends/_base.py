@@ -143,7 +143,8 @@ class Storage(ABC):
             batch = list(keys)
         else:
             batch = list(dict.fromkeys(check_keys(keys)))
-        self._check_open()
+        if self._closed:
+            self._check_open()
         return await read_settled(self, batch) if batch else {}
 
     async def write(
@@ -163,16 +164,20 @@ class Storage(ABC):
         readers then see all of it or none of it. A `BuiltWrites` batch passed with its own
         `unchanged` is the framework's (see the module docstring): checked by `_built`.
         """
-        if type(changes) is not dict and not isinstance(changes, Mapping):  # ABC checks cost
-            raise InvalidValueError("write() takes a mapping of key -> StoreItem")
+        built = None
+        if type(changes) is BuiltWrites and unchanged is changes.unchanged:
+            built = changes  # the framework's own batch (see the module docstring)
+        elif type(changes) is not dict and not isinstance(changes, Mapping):
+            raise InvalidValueError("write() takes a mapping of key -> StoreItem")  # ABCs cost
         if ttl is not None:
             ttl = _check_ttl(ttl, self.max_ttl_seconds)
-        if type(changes) is BuiltWrites and unchanged is changes.unchanged:
-            prepared, checks = self._built(changes, ttl)
+        if built is not None:
+            prepared, checks = self._built(built, ttl)
         else:
             prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
             checks = self._checks(unchanged, changes) if unchanged is not None else []
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if not prepared:
             return {}
         outcomes: Outcomes = {}
@@ -182,9 +187,10 @@ class Storage(ABC):
             await commit(self, prepared, checks, outcomes)
         else:
             await self._write(prepared, outcomes)
-        failed = [p.key for p in (*prepared, *checks) if outcomes.get(p.key) is CONFLICT]
-        if failed:
-            raise ConflictError(failed)
+        if CONFLICT in outcomes.values():  # else no key of the batch failed
+            failed = [p.key for p in (*prepared, *checks) if outcomes.get(p.key) is CONFLICT]
+            if failed:
+                raise ConflictError(failed)
         return {write.key: outcomes[write.key] for write in prepared}  # type: ignore[misc]
 
     def _checks(

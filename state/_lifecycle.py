@@ -169,7 +169,13 @@ async def save_merging(storage: Storage, documents: list[Document], *, retries: 
     try:
         return await save_documents(storage, documents)
     except StateConflictError as exc:
-        conflict = exc
+        await _merge(storage, documents, exc, retries)
+
+
+async def _merge(
+    storage: Storage, documents: list[Document], conflict: StateConflictError, retries: int
+) -> None:
+    """The rest of `save_merging` once its first write met `conflict`."""
     policy = ConflictRetries(retries)  # only a save that met a conflict needs one
     while True:
         await policy.after(conflict)  # raises when `conflict` ends the retries
@@ -225,8 +231,12 @@ class _OpenTurn:
         state = self.state
         assert state is not None
         try:
-            if kind is None and not state.discarded:
-                await save_merging(self._storage, state.stored_documents(), retries=self._retries)
+            if kind is None and not state.discarded:  # `save_merging`, inline: every turn
+                documents = state.stored_documents()
+                try:
+                    await save_documents(self._storage, documents)
+                except StateConflictError as exc:
+                    await _merge(self._storage, documents, exc, self._retries)
         finally:
             state.close()
 
