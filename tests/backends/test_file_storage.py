@@ -609,6 +609,8 @@ async def test_a_write_or_delete_batch_hands_off_to_a_thread_once(
     assert hand_offs == []  # reads run in the loop's thread
     await storage.write({keys[0]: StoreItem({"n": 2}, found[keys[0]].etag)})
     assert len(hand_offs) == 1
-    await storage.delete(keys, if_match={keys[1]: found[keys[1]].etag})
+    etag = found[keys[1]].etag
+    assert etag is not None
+    await storage.delete(keys, if_match={keys[1]: etag})
     assert len(hand_offs) == 2
     assert await storage.read(keys) == {}
