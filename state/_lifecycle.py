@@ -111,9 +111,10 @@ def _kind(
 
 class ConflictRetries:
     """The one retry policy of the lifecycle: how many more attempts a conflict allows, and the
-    backoff before a re-run. Callers loop `while True: try: return await <attempt> except
-    StateConflictError as exc: await policy.after(exc)`, so an attempt that succeeds (nearly
-    every one) costs no coroutine of the policy's.
+    backoff before a re-run. Callers make the first attempt without one and build the policy
+    only when it met a conflict (`started=` when the first attempt began), then loop `await
+    policy.after(exc)` and attempt again: a turn that meets no conflict (nearly every one)
+    costs nothing of the policy's.
 
     A merge attempt (`rerun=False`) stops at a conflict that is not `retryable` (a clash on a
     path). With `rerun` each attempt runs the whole turn again on a fresh read, after a
