@@ -11,13 +11,13 @@ from agent_state import (
     Activity,
     AgentApplication,
     AgentState,
+    Record,
     TurnContext,
     TurnIds,
     TurnState,
     open_turn,
 )
 from agent_state import _lifecycle as lifecycle
-from agent_state._document import Record
 from agent_state.backends import InvalidKeyError, MemoryStorage, StoreItem
 from agent_state.backends._items import BuiltKeys, BuiltWrites
 
