@@ -4,6 +4,12 @@
 backend's primitives, so bad input fails before any I/O and a size guard fails before
 anything of the batch is written. Primitives report per-key outcomes; this class alone
 turns them into `ConflictError`, and tells a caller which keys an I/O failure left written.
+
+The framework's turns take one internal path through the same two methods: keys it built
+and checked itself come as `BuiltKeys`, a batch it encoded itself as `BuiltWrites` (both in
+`_items`, not exported). Those skip only the checks the framework already made (key shape,
+etags, the bytes of each document); the size guard, TTLs, the reserved intent member and
+write groups hold on every path, and anything else (a list, a dict, a subclass) is checked.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ._errors import (
     StorageConfigError,
     StorageUnavailableError,
 )
-from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem
+from ._items import ANY, CONFLICT, BuiltKeys, BuiltWrites, Outcomes, PreparedWrite, StoreItem
 from ._keys import KEYS_REMEMBERED, check_key, check_keys, check_prefix
 
 T = TypeVar("T")
@@ -131,9 +137,14 @@ class Storage(ABC):
             self.max_document_bytes = max_document_bytes
 
     async def read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
-        """Read a batch of keys; missing keys are absent. Values are the caller's own."""
-        batch = list(dict.fromkeys(check_keys(keys)))
-        self._check_open()
+        """Read a batch of keys; missing keys are absent. Values are the caller's own.
+        `BuiltKeys` (the framework's, distinct and checked when built) are taken as given."""
+        if type(keys) is BuiltKeys:  # the framework's own keys, checked when built
+            batch = list(keys)
+        else:
+            batch = list(dict.fromkeys(check_keys(keys)))
+        if self._closed:
+            self._check_open()
         return await read_settled(self, batch) if batch else {}
 
     async def write(
@@ -150,15 +161,23 @@ class Storage(ABC):
         written. `unchanged` maps keys the batch must not write but
         that must still be at a version (None: still absent) when it lands: a failed check is
         a conflict of that key. A `StorageUnavailableError` may leave the batch in doubt:
-        readers then see all of it or none of it.
+        readers then see all of it or none of it. A `BuiltWrites` batch passed with its own
+        `unchanged` is the framework's (see the module docstring): checked by `_built`.
         """
-        if type(changes) is not dict and not isinstance(changes, Mapping):  # ABC checks cost
-            raise InvalidValueError("write() takes a mapping of key -> StoreItem")
+        built = None
+        if type(changes) is BuiltWrites and unchanged is changes.unchanged:
+            built = changes  # the framework's own batch (see the module docstring)
+        elif type(changes) is not dict and not isinstance(changes, Mapping):
+            raise InvalidValueError("write() takes a mapping of key -> StoreItem")  # ABCs cost
         if ttl is not None:
             ttl = _check_ttl(ttl, self.max_ttl_seconds)
-        prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
-        checks = self._checks(unchanged, changes) if unchanged is not None else []
-        self._check_open()
+        if built is not None:
+            prepared, checks = self._built(built, ttl)
+        else:
+            prepared = [self._prepare(key, item, ttl) for key, item in changes.items()]
+            checks = self._checks(unchanged, changes) if unchanged is not None else []
+        if self._closed:
+            self._check_open()
         if not prepared:
             return {}
         outcomes: Outcomes = {}
@@ -168,9 +187,10 @@ class Storage(ABC):
             await commit(self, prepared, checks, outcomes)
         else:
             await self._write(prepared, outcomes)
-        failed = [p.key for p in (*prepared, *checks) if outcomes.get(p.key) is CONFLICT]
-        if failed:
-            raise ConflictError(failed)
+        if CONFLICT in outcomes.values():  # else no key of the batch failed
+            failed = [p.key for p in (*prepared, *checks) if outcomes.get(p.key) is CONFLICT]
+            if failed:
+                raise ConflictError(failed)
         return {write.key: outcomes[write.key] for write in prepared}  # type: ignore[misc]
 
     def _checks(
@@ -285,6 +305,29 @@ class Storage(ABC):
         if item.ttl is not None:
             ttl = _check_ttl(item.ttl, self.max_ttl_seconds)
         return PreparedWrite(key, data, item.value, etag, self.group_of(key), ttl)
+
+    def _built(
+        self, changes: BuiltWrites, ttl: float | None
+    ) -> tuple[_Documents[PreparedWrite], _Documents[PreparedWrite]]:
+        """`_prepare` and `_checks` for a batch the framework built (see `BuiltWrites`): its
+        keys, etags and bytes were checked when built; this storage's guards still apply."""
+        group_of, largest = self.group_of, self.max_document_bytes
+        prepared = []
+        for key, item in dict.items(changes):
+            value, data = item.value, item.data
+            if INTENT in value:
+                raise InvalidValueError(f"value for key {key!r} has the reserved member {INTENT!r}")
+            if data is None:
+                data = dump_data(key, value)
+            if len(data) > largest:
+                raise StateTooLargeError(key, len(data), largest)
+            lives = ttl if item.ttl is None else _check_ttl(item.ttl, self.max_ttl_seconds)
+            prepared.append(PreparedWrite(key, data, value, item.etag, group_of(key), lives))
+        checks = [
+            PreparedWrite(key, b"", {}, etag, group_of(key), None, True)
+            for key, etag in (changes.unchanged or {}).items()
+        ]
+        return prepared, checks
 
     def _check_open(self) -> None:
         if self._closed:

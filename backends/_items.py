@@ -76,3 +76,27 @@ def precondition_holds(expected: str | None, current: str | None) -> bool:
     if expected is None:
         return current is None
     return current == expected
+
+
+class BuiltKeys(tuple[str, ...]):
+    """Keys the framework built and validated itself (distinct, well-formed): `Storage.read`
+    takes them as they are. The one internal path past the key checks of the public contract;
+    not exported, so what outside callers pass (lists, tuples, any iterable) is checked."""
+
+    __slots__ = ()
+
+
+class BuiltWrites(dict[str, StoreItem]):
+    """A write batch the framework built itself: keys validated when built, each item's
+    `data` the `orjson` bytes of its value, already checked against the JSON rule, its etag a
+    version string, None or `ANY`, and `unchanged` its read checks (keys validated too).
+    `Storage.write` takes it without re-checking keys, etags or bytes; the storage's own
+    guards (size, TTL, the reserved intent member, write groups) still apply. Not exported:
+    a plain mapping (or any other subclass) goes through every check."""
+
+    __slots__ = ("unchanged",)
+
+    def __init__(self, unchanged: dict[str, str | None] | None = None) -> None:
+        super().__init__()
+        self.unchanged = unchanged
+        """The batch's read checks (`Storage.write(unchanged=)`): pass this very mapping."""

@@ -104,9 +104,16 @@ class MemoryStorage(Storage):
             self._entries[key] = _Entry(f"raw-{next(self._versions)}", None, raw=raw)
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
-        now = self._clock()
-        with self._lock:
-            found = [(key, entry) for key in keys if (entry := self._live(key, now)) is not None]
+        now, entries = self._clock(), self._entries
+        with self._lock:  # `_live` per key, inline: every turn's read passes here
+            found = []
+            for key in keys:
+                entry = entries.get(key)
+                if entry is not None:
+                    if entry.expires_at is not None and now >= entry.expires_at:
+                        del entries[key]
+                    else:
+                        found.append((key, entry))
         items = {}
         for key, entry in found:
             if entry.data is not None:

@@ -29,7 +29,7 @@ from ._delivery import (
 )
 from ._events import report
 from ._ids import TurnIds
-from ._keys import activity_key
+from ._keys import activities_prefix, escape_segment
 from ._lifecycle import TURN_ATTEMPTS, run_turn
 from ._plan import PLAN_CACHE_SIZE, Scopes
 from ._queue import TurnQueues
@@ -43,6 +43,7 @@ from ._routing import (
 )
 from ._turn_state import TurnState
 from .backends import Storage
+from .backends._items import BuiltKeys
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
 """`async def hook(ctx, state)`; returning `False` stops the hooks after it."""
@@ -100,9 +101,12 @@ class AgentApplication:
         self.turn_attempts = TURN_ATTEMPTS
         self._records = _records_kept_for(dedup_retention)
         self.claim_lease = _positive(claim_lease, "claim_lease")
-        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(TurnIds)
-        """The `TurnIds` of recent turns, one object per distinct ids (so plan lookups find
-        them by identity)."""
+        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_ids_and_queue)
+        """The `TurnIds` of recent turns and their queue's key, one object per distinct ids
+        (so plan lookups find them by identity, and no turn builds them again)."""
+        self._activities = lru_cache(maxsize=PLAN_CACHE_SIZE)(_activities_of)
+        """Where the activities of recent ids are recorded (`activities_prefix`): their ids
+        escaped once, not on every turn."""
 
     def message(
         self,
@@ -158,7 +162,7 @@ class AgentApplication:
             report("refused", field=exc.field, others=exc.others)
             raise
         sender, conversation = activity.from_property, activity.conversation
-        ids = self._ids(
+        ids, queue_key = self._ids(
             activity.channel_id,
             sender.id if sender is not None else None,
             conversation.id if conversation is not None else None,
@@ -189,8 +193,8 @@ class AgentApplication:
                 remember(record, activity, ctx.replies)
             return ctx.replies
 
-        extra = (record_key,) if record_key is not None else ()
-        place = self._queues.turn(_queue_key(ids))
+        extra = BuiltKeys((record_key,)) if record_key is not None else ()
+        place = self._queues.turn(queue_key)
         waiting = place.take()
         if waiting is not None:
             await place.wait(waiting)
@@ -211,13 +215,7 @@ class AgentApplication:
         """Where `activity`'s processing is recorded; None without an id or a channel."""
         if not activity.id or not ids.channel_id or self._records.ttl is None:
             return None
-        return activity_key(
-            ids.channel_id,
-            activity.id,
-            conversation=ids.conversation_id,
-            user=ids.user_id,
-            namespace=ids.namespace,
-        )
+        return self._activities(ids) + escape_segment(activity.id, what="activity id")
 
     async def _run(self, ctx: TurnContext, state: TurnState, record: DeliveryRecord | None) -> bool:
         """Run the hooks and the first matching route; whether the route claimed the activity
@@ -269,6 +267,29 @@ def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
     if seconds == RETENTION_SECONDS:
         return DeliveryRecord
     return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "ttl": seconds})
+
+
+def _ids_and_queue(
+    channel: str | None,
+    user: str | None,
+    conversation: str | None,
+    app_name: str | None,
+    namespace: str | None,
+) -> tuple[TurnIds, tuple[str | None, ...] | None]:
+    """The `TurnIds` of a turn and the key of its queue (`_queue_key`)."""
+    ids = TurnIds(channel, user, conversation, app_name, namespace)
+    return ids, _queue_key(ids)
+
+
+def _activities_of(ids: TurnIds) -> str:
+    """`activities_prefix` of the ids of a turn with a channel."""
+    assert ids.channel_id is not None
+    return activities_prefix(
+        ids.channel_id,
+        conversation=ids.conversation_id,
+        user=ids.user_id,
+        namespace=ids.namespace,
+    )
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

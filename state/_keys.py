@@ -152,13 +152,26 @@ def activity_key(
 ) -> str:
     """Where a processed activity is recorded: under its conversation (so the record shares
     the conversation's write group), else under its user, else under its channel."""
+    head = activities_prefix(channel, conversation=conversation, user=user, namespace=namespace)
+    return head + escape_segment(activity_id, what="activity id")
+
+
+def activities_prefix(
+    channel: str,
+    *,
+    conversation: str | None = None,
+    user: str | None = None,
+    namespace: str | None = None,
+) -> str:
+    """What `activity_key` puts before the escaped activity id (`.../activities/`): the same
+    for every activity of given ids, so a caller may keep it per ids."""
     if conversation is not None:
         head = conversation_key(channel, conversation, namespace=namespace)
     elif user is not None:
         head = user_key(channel, user, namespace=namespace)
     else:
         head = namespaced(namespace, escape_segment(channel, what="channel id"))
-    return f"{head}/activities/{escape_segment(activity_id, what='activity id')}"
+    return f"{head}/activities/"
 
 
 def list_prefix(channel: str, folder: str, *, namespace: str | None = None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TypeVar
@@ -27,6 +28,7 @@ from ._queue import TurnQueues
 from ._retention import give_expiry
 from ._turn_state import TurnState
 from .backends import ConflictError, Storage, StoreItem
+from .backends._items import BuiltWrites
 
 T = TypeVar("T")
 
@@ -84,12 +86,16 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
             pending[key] = (document, upgrade)
             del read[key]
     renewals = await give_expiry(storage, documents, pending, read)
-    unchanged = {key: document.etag for key, document in read.items()} or None
-    changes = {key: item for key, (_, item) in pending.items()}
+    # the documents' keys were checked when built (the plan, `TurnState.attach`) and their
+    # bytes by `Document.pending_write`; renewals rewrite stored documents under listed keys:
+    # the storage takes the batch without checking again
+    changes = BuiltWrites({key: document.etag for key, document in read.items()} or None)
     changes.update(renewals)
-    for key, item in list(changes.items()):
+    for key, (_, item) in pending.items():
+        changes[key] = item
         if item.etag is None and (index := session_index_key(key)) is not None:
             changes[index[0]] = StoreItem({"session": index[1]}, "*")
+    unchanged = changes.unchanged
     try:
         etags = await storage.write(changes, unchanged=unchanged)
     except ConflictError as exc:
@@ -123,9 +129,10 @@ def _kind(
 
 class ConflictRetries:
     """The one retry policy of the lifecycle: how many more attempts a conflict allows, and the
-    backoff before a re-run. Callers loop `while True: try: return await <attempt> except
-    StateConflictError as exc: await policy.after(exc)`, so an attempt that succeeds (nearly
-    every one) costs no coroutine of the policy's.
+    backoff before a re-run. Callers make the first attempt without one and build the policy
+    only when it met a conflict (`started=` when the first attempt began), then loop `await
+    policy.after(exc)` and attempt again: a turn that meets no conflict (nearly every one)
+    costs nothing of the policy's.
 
     A merge attempt (`rerun=False`) stops at a conflict that is not `retryable` (a clash on a
     path). With `rerun` each attempt runs the whole turn again on a fresh read, after a
@@ -133,16 +140,16 @@ class ConflictRetries:
     conflict may be retried: a failed save wrote nothing.
     """
 
-    __slots__ = ("retries", "rerun", "number", "_clock", "_started")
+    __slots__ = ("retries", "rerun", "number", "_started")
 
-    def __init__(self, retries: int, *, rerun: bool = False) -> None:
+    def __init__(self, retries: int, *, rerun: bool = False, started: float | None = None) -> None:
+        """`started`: when the first attempt began (`time.monotonic()`), for a policy made only
+        once an attempt met a conflict (so a turn that meets none builds no policy); else now."""
         check_retries(retries)
         self.retries, self.rerun = retries, rerun
         self.number = 0
         """The attempt under way, from 0."""
-        if rerun:  # only a re-run's backoff needs the duration
-            self._clock = asyncio.get_running_loop().time
-            self._started = self._clock()
+        self._started = time.monotonic() if started is None else started
 
     async def after(self, conflict: StateConflictError) -> None:
         """Return when the next attempt may start (`number` counts it); raise the final
@@ -153,9 +160,9 @@ class ConflictRetries:
                 report("given_up", runs=number + 1, scopes=conflict.scopes, keys=conflict.keys)
             raise _given_up(conflict, number + 1, self.rerun) from conflict
         if self.rerun:
-            window = max(BACKOFF_BASE, self._clock() - self._started) * 2**number
+            window = max(BACKOFF_BASE, time.monotonic() - self._started) * 2**number
             await asyncio.sleep(random.uniform(0, min(BACKOFF_CAP, window)))
-            self._started = self._clock()
+            self._started = time.monotonic()
         self.number = number + 1
 
 
@@ -178,16 +185,24 @@ def _given_up(failed: StateConflictError, attempts: int, rerun: bool) -> StateCo
 async def save_merging(storage: Storage, documents: list[Document], *, retries: int) -> None:
     """`save_documents`, and on a conflict re-read the conflicting documents, rebase (where
     that is provably what a serial order gives, see `Document.rebase`) and write again."""
-    policy = ConflictRetries(retries)
-    conflict: StateConflictError | None = None
+    try:
+        return await save_documents(storage, documents)
+    except StateConflictError as exc:
+        await _merge(storage, documents, exc, retries)
+
+
+async def _merge(
+    storage: Storage, documents: list[Document], conflict: StateConflictError, retries: int
+) -> None:
+    """The rest of `save_merging` once its first write met `conflict`."""
+    policy = ConflictRetries(retries)  # only a save that met a conflict needs one
     while True:
+        await policy.after(conflict)  # raises when `conflict` ends the retries
         try:
-            if conflict is not None:
-                await _rebase(storage, documents, conflict.keys)
-                report("merge", scopes=conflict.scopes, keys=len(conflict.keys))
+            await _rebase(storage, documents, conflict.keys)
+            report("merge", scopes=conflict.scopes, keys=len(conflict.keys))
             return await save_documents(storage, documents)
         except StateConflictError as exc:
-            await policy.after(exc)
             conflict = exc
 
 
@@ -235,8 +250,12 @@ class _OpenTurn:
         state = self.state
         assert state is not None
         try:
-            if kind is None and not state.discarded:
-                await save_merging(self._storage, state.stored_documents(), retries=self._retries)
+            if kind is None and not state.discarded:  # `save_merging`, inline: every turn
+                documents = state.stored_documents()
+                try:
+                    await save_documents(self._storage, documents)
+                except StateConflictError as exc:
+                    await _merge(self._storage, documents, exc, self._retries)
         finally:
             state.close()
 
@@ -265,22 +284,33 @@ async def run_turn(
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
-    policy = ConflictRetries(attempts - 1, rerun=True)
+    started = time.monotonic()
+    turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
+    try:  # the first run: no retry policy, queue set or second context until a conflict
+        async with turn as state:
+            return await body(state, 1)
+    except StateConflictError as exc:
+        if turn.state is not None and not turn.state.rerun:
+            raise
+        conflict = exc
+    policy = ConflictRetries(attempts - 1, rerun=True, started=started)
     contended: set[str] = set()
     while True:
+        contended.update(conflict.keys)
+        await policy.after(conflict)
+        attempt = policy.number + 1
+        report("rerun", ids, attempt=attempt, scopes=conflict.scopes, keys=len(conflict.keys))
         turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
         try:
-            if not (contended and queues):
+            if queues is None:
                 async with turn as state:
-                    return await body(state, policy.number + 1)
+                    return await body(state, attempt)
             async with _queued(queues, contended), turn as state:
-                return await body(state, policy.number + 1)
+                return await body(state, attempt)
         except StateConflictError as exc:
             if turn.state is not None and not turn.state.rerun:
                 raise
-            contended.update(exc.keys)
-            await policy.after(exc)
-            report("rerun", ids, attempt=policy.number + 1, scopes=exc.scopes, keys=len(exc.keys))
+            conflict = exc
 
 
 @asynccontextmanager

@@ -16,6 +16,8 @@ from ._ids import TurnIds
 from ._keys import namespaced
 from ._paths import split_path
 from ._scopes import BUILTIN_SCOPES
+from .backends._items import BuiltKeys
+from .backends._keys import check_key
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
 PLAN_CACHE_SIZE = 4096
@@ -37,8 +39,8 @@ class Plan(NamedTuple):
 
     scopes: dict[str, tuple[type[AgentState], str | None]]
     """Each scope's bucket class and storage key (None for a scope that is never stored)."""
-    keys: tuple[str, ...]
-    """The keys to read, in scope order."""
+    keys: BuiltKeys
+    """The keys to read, in scope order (each checked once, when the plan is built)."""
     missing: dict[str, MissingIdError]
     """The scopes whose key needs an id these ids lack."""
 
@@ -99,7 +101,7 @@ class Scopes:
                 scopes[name] = (cls, None)
                 continue
             try:
-                key = scope_key(cls, ids)
+                key = check_key(scope_key(cls, ids))  # once: turns and saves trust the plan
             except MissingIdError as exc:
                 missing[name] = exc
                 continue
@@ -107,7 +109,7 @@ class Scopes:
                 raise ScopeError(f"scopes {owners[key]!r} and {name!r} have the same key {key!r}")
             owners[key] = name
             scopes[name] = (cls, key)
-        return Plan(scopes, tuple(owners), missing)
+        return Plan(scopes, BuiltKeys(owners), missing)
 
 
 def scope_key(cls: type[AgentState], ids: TurnIds) -> str:

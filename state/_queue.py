@@ -25,7 +25,9 @@ class TurnQueues:
     __slots__ = ("_queues",)
 
     def __init__(self) -> None:
-        self._queues: dict[Hashable, deque[asyncio.Future[None]]] = {}
+        self._queues: dict[Hashable, deque[asyncio.Future[None]] | None] = {}
+        """Each held key's waiters (None until a turn waits: an uncontended turn makes no
+        queue)."""
 
     def turn(self, key: Hashable) -> _Place:
         """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
@@ -41,12 +43,15 @@ class _Place:
     """One turn's place in a queue: `async with`, or `take` / `wait` / `leave` on a hot path
     that should not spend two coroutines on a key nobody else holds.
 
-    The queue of a key is the deque of the turns waiting behind the one that holds it; a
-    turn leaving hands the key to the first waiter, or removes the queue if none waits."""
+    The queue of a key is the deque of the turns waiting behind the one that holds it (None
+    while none waits); a turn leaving hands the key to the first waiter, or removes the queue
+    if none waits."""
 
     __slots__ = ("_queues", "_key", "_token")
 
-    def __init__(self, queues: dict[Hashable, deque[asyncio.Future[None]]], key: Hashable) -> None:
+    def __init__(
+        self, queues: dict[Hashable, deque[asyncio.Future[None]] | None], key: Hashable
+    ) -> None:
         self._queues, self._key = queues, key
         self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
 
@@ -65,18 +70,22 @@ class _Place:
         mark = (id(self._queues), self._key)
         if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
             return None
-        waiting = self._queues.get(self._key)
-        if waiting is not None:
+        queues, key = self._queues, self._key
+        if key in queues:
+            waiting = queues[key]
+            if waiting is None:
+                waiting = queues[key] = deque()
             place = asyncio.get_running_loop().create_future()
             waiting.append(place)
             return place
-        self._queues[self._key] = deque()
+        queues[key] = None
         self._token = _HELD.set((*held, mark))
         return None
 
     async def wait(self, place: asyncio.Future[None]) -> None:
         """Wait until the key is handed to this turn (`take` returned `place`), then hold it."""
         waiting = self._queues[self._key]
+        assert waiting is not None  # `take` queued `place` in it
         try:
             await place
         except BaseException:
@@ -97,7 +106,7 @@ class _Place:
     def _hand_on(self) -> None:
         """Give the key to the first turn still waiting, or drop the empty queue."""
         waiting = self._queues[self._key]
-        while waiting:
+        while waiting:  # None or empty: nobody waits
             place = waiting.popleft()
             if not place.done():
                 place.set_result(None)

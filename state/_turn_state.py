@@ -21,6 +21,8 @@ from ._ids import TurnIds
 from ._paths import MISSING
 from ._plan import Scopes
 from .backends import StoreItem
+from .backends._items import BuiltKeys
+from .backends._keys import check_key, check_keys
 
 
 class TurnState:
@@ -66,7 +68,10 @@ class TurnState:
     async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
         """Read every planned bucket, and `extra_keys` (framework documents, see `attach`),
         in one batched read through `read` (`open_turn` does this before the turn)."""
-        keys = self._plan.keys + extra_keys
+        keys = self._plan.keys
+        if extra_keys:  # the framework's own (`BuiltKeys`) were checked when built
+            extra = extra_keys if type(extra_keys) is BuiltKeys else check_keys(extra_keys)
+            keys = BuiltKeys(dict.fromkeys((*keys, *extra)))
         if keys:
             self._found.update(await self._storage_read()(keys))
 
@@ -79,8 +84,8 @@ class TurnState:
         """A framework record of this turn (the record of a processed activity): read with
         the turn (`extra_keys` of `open_turn`), saved with it."""
         record = self._documents.get(key)
-        if record is None:
-            record = self._documents[key] = cls(key, self._found.pop(key, None))
+        if record is None:  # its key is checked once here, so the save need not
+            record = self._documents[key] = cls(check_key(key), self._found.pop(key, None))
         if not isinstance(record, cls):
             raise ScopeError(f"key {key!r} is not a {cls.kind} record in this turn")
         return record

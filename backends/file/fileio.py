@@ -92,10 +92,14 @@ def remove_durably(path: Path) -> None:
     fsync_directory(path.parent)
 
 
-def remove(path: Path) -> None:
-    """Delete `path` if it exists (not persisted: for files no reader looks at)."""
-    with contextlib.suppress(FileNotFoundError):
+def remove(path: Path) -> bool:
+    """Delete `path` if it exists, saying whether it did (not persisted: `fsync_directory`
+    does that, once for a batch, where readers care)."""
+    try:
         os.remove(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def remove_if_older(path: Path, max_age: float) -> None:

@@ -21,10 +21,12 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
 from .._errors import StorageConfigError, StorageUnavailableError
+from .._keys import KEYS_REMEMBERED
 
 try:
     import fcntl
@@ -52,9 +54,11 @@ class StripedFileLocks:
         self._stripes = stripes
         self._names = frozenset(f"{stripe:03d}" for stripe in range(stripes))
         self._task_locks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        self.stripe: Callable[[str], str] = lru_cache(maxsize=KEYS_REMEMBERED)(self._stripe_of)
+        """The name of the lock file (the stripe) that `key` locks (remembered per key: a
+        write asks twice, for its lock and its temp file's name)."""
 
-    def stripe(self, key: str) -> str:
-        """The name of the lock file (the stripe) that `key` locks."""
+    def _stripe_of(self, key: str) -> str:
         digest = hashlib.sha256(key.encode()).digest()
         return f"{int.from_bytes(digest[:4], 'big') % self._stripes:03d}"
 
@@ -71,12 +75,15 @@ class StripedFileLocks:
         deadline = time.monotonic() + self._timeout
         stripes = {self.stripe(key): key for key in keys}
         order = sorted(stripes)
+        if len(order) == 1:  # one key's batch (most writes): no exit stack
+            async with self._task_lock(order[0]):
+                return await asyncio.to_thread(self._call_locked, stripes, order, deadline, action)
         async with contextlib.AsyncExitStack() as held:
             for stripe in order:
                 await held.enter_async_context(self._task_lock(stripe))
             return await asyncio.to_thread(self._call_locked, stripes, order, deadline, action)
 
-    def run_if_free(self, stripe: str, action: Callable[[], None]) -> None:
+    def run_if_free(self, stripe: str, action: Callable[[], object]) -> None:
         """Run blocking `action` holding the stripe's lock if nobody holds it now; never waits."""
         with _flocked(self._directory / stripe, time.monotonic()) as held:
             if held:

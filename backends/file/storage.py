@@ -177,10 +177,21 @@ class FileStorage(Storage):
         await self._locked(keys, what, write_all)
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
-        for key in keys:
-            action = partial(self._delete_locked, key, if_match.get(key, ANY))
-            if not await self._locked([key], f"cannot delete {key!r}", action):
-                outcomes[key] = CONFLICT
+        def delete_all() -> None:  # under every key's lock, in one worker-thread call
+            removed = False
+            try:
+                for key in keys:
+                    path, expected = self._path(key), if_match.get(key, ANY)
+                    if expected != ANY and not _holds(key, expected, fileio.read_head(path)):
+                        outcomes[key] = CONFLICT
+                    else:
+                        removed |= fileio.remove(path)
+            finally:  # one fsync of the folder persists every removal of the batch
+                if removed:
+                    fileio.fsync_directory(self.root)
+
+        what = f"cannot delete {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
+        await self._locked(keys, what, delete_all)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         keys = []
@@ -233,14 +244,6 @@ class FileStorage(Storage):
         raw = wrap(write.key, write.data, etag, expires_at=expires_at)
         fileio.replace_file(path, raw, tag=self._locks.stripe(write.key))
         return etag
-
-    def _delete_locked(self, key: str, expected: str) -> bool:
-        """Under the key's lock: delete if `expected` is ANY or the current etag."""
-        path = self._path(key)
-        if expected != ANY and not _holds(key, expected, fileio.read_head(path)):
-            return False
-        fileio.remove_durably(path)
-        return True
 
     def _remove_expired_locked(self, key: str) -> None:
         path = self._path(key)

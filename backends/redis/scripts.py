@@ -36,9 +36,13 @@ class LuaScript:
 
     source: str
     sha: str = field(init=False)
+    call: tuple[str, bytes] = field(init=False)
+    """`EVALSHA <sha>`, the sha as the bytes redis-py sends, so no call encodes it again (the
+    command's name stays a str: redis-py looks its handling up by name)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
+        object.__setattr__(self, "call", ("EVALSHA", self.sha.encode()))
 
 
 READ = LuaScript(

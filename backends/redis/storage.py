@@ -11,7 +11,8 @@ import contextlib
 import re
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -26,6 +27,7 @@ from .._envelope import unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, remaining
+from .._keys import KEYS_REMEMBERED
 from .._options import UrlOptions, count, seconds
 from .layout import KeyLayout
 from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
@@ -89,6 +91,7 @@ class RedisStorage(Storage):
         self.atomic_batches = not self.cluster
         self.atomic_groups = True
         self.layout = KeyLayout(self.group_of, namespace)
+        self._place: Callable[[str], bytes] = lru_cache(maxsize=KEYS_REMEMBERED)(self._place_of)
         self._owns_client = owns_client
         self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
@@ -263,25 +266,31 @@ class RedisStorage(Storage):
             with _unavailable("close"):
                 await self.client.aclose()
 
-    def _groups(self, keys: list[str]) -> list[list[tuple[str, str]]]:
+    def _groups(self, keys: list[str]) -> list[list[tuple[str, bytes]]]:
         """Pair keys with their Redis keys, split by cluster slot (one group if standalone)."""
-        pairs = [(key, self.layout.redis_key(key)) for key in keys]
+        place = self._place
+        pairs = [(key, place(key)) for key in keys]
         if not self.cluster:
             return [pairs]
-        by_slot: dict[int, list[tuple[str, str]]] = defaultdict(list)
+        by_slot: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
         for pair in pairs:
-            by_slot[key_slot(pair[1].encode())].append(pair)
+            by_slot[key_slot(pair[1])].append(pair)
         return list(by_slot.values())
 
+    def _place_of(self, key: str) -> bytes:
+        """`layout.redis_key(key)` encoded as redis-py sends it (remembered per key in `_place`,
+        so a turn's keys are neither built nor encoded again)."""
+        return self.layout.redis_key(key).encode()
+
     async def _run(
-        self, script: LuaScript, calls: list[tuple[list[str], list[Any]]], action: str
+        self, script: LuaScript, calls: list[tuple[list[bytes], list[Any]]], action: str
     ) -> list[Any]:
         """Run `script` once per (keys, args) in one round trip; load it where it is missing.
 
         Error replies come back in the list, for the caller to raise after the rest.
         """
         replies = await self._send(
-            [("EVALSHA", script.sha, len(keys), *keys, *args) for keys, args in calls], action
+            [(*script.call, len(keys), *keys, *args) for keys, args in calls], action
         )
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:  # nothing ran for these: run them again with the source, which caches it
@@ -345,8 +354,15 @@ _FREE = contextlib.nullcontext()
 
 
 def _unavailable(action: str) -> unavailable:
-    """The context of a Redis call: redis-py's and the socket's errors mapped by `_ERRORS`."""
-    return unavailable(f"Redis {action} failed", _ERRORS)
+    """The context of a Redis call: redis-py's and the socket's errors mapped by `_ERRORS`
+    (one per action, made once: it holds nothing of a call)."""
+    context = _CONTEXTS.get(action)
+    if context is None:
+        context = _CONTEXTS[action] = unavailable(f"Redis {action} failed", _ERRORS)
+    return context
+
+
+_CONTEXTS: dict[str, unavailable] = {}
 
 
 def _raise_first_error(replies: list[Any], action: str) -> None:
@@ -357,7 +373,7 @@ def _raise_first_error(replies: list[Any], action: str) -> None:
                 raise reply
 
 
-def _redis_keys(group: list[tuple[str, str]]) -> list[str]:
+def _redis_keys(group: list[tuple[str, bytes]]) -> list[bytes]:
     return [redis_key for _, redis_key in group]
 
 

@@ -585,3 +585,32 @@ async def test_a_batch_syncs_each_file_and_the_folder_once(
     await storage._write(stale + fresh, outcomes)
     assert outcomes["k/0"] is CONFLICT and isinstance(outcomes["k/4"], str)
     assert sorted(synced) == ["file", "folder"]
+
+
+async def test_a_write_or_delete_batch_hands_off_to_a_thread_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's blocking work (locks, files, the folder's fsync) is one worker-thread call,
+    however many keys it has: each hand-off costs a turn more than its file work."""
+    storage = FileStorage(tmp_path)
+    keys = [f"c/users/u{i}" for i in range(3)]
+    await storage.write({key: StoreItem({"n": 1}) for key in keys[:1]})
+    for key in keys[1:]:
+        await storage.write({key: StoreItem({"n": 1})})
+    hand_offs: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        hand_offs.append(getattr(function, "__name__", "?"))
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    found = await storage.read(keys)
+    assert hand_offs == []  # reads run in the loop's thread
+    await storage.write({keys[0]: StoreItem({"n": 2}, found[keys[0]].etag)})
+    assert len(hand_offs) == 1
+    etag = found[keys[1]].etag
+    assert etag is not None
+    await storage.delete(keys, if_match={keys[1]: etag})
+    assert len(hand_offs) == 2
+    assert await storage.read(keys) == {}
