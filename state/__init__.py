@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         StatePathError,
         StateValidationError,
         StateValueError,
+        UndeclaredScopeError,
     )
     from ._events import add_event_listener
     from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
@@ -122,6 +123,7 @@ _HOMES = {
     "TurnQueues": "._queue",
     "TurnIds": "._ids",
     "TurnState": "._turn_state",
+    "UndeclaredScopeError": "._errors",
     "UnknownUserError": "._forget",
     "UnlistableStoreError": "._backup",
     "UserDataReport": "._forget",
@@ -197,6 +199,7 @@ __all__ = [
     "TurnIds",
     "TurnQueues",
     "TurnState",
+    "UndeclaredScopeError",
     "UnknownUserError",
     "UnlistableStoreError",
     "UserDataReport",

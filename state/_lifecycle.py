@@ -22,7 +22,7 @@ from ._errors import StateConflictError
 from ._events import report
 from ._ids import TurnIds
 from ._keys import session_index_key
-from ._plan import Scopes
+from ._plan import Declaration, Scopes
 from ._queue import TurnQueues
 from ._turn_state import TurnState
 from .backends import ConflictError, Storage, StoreItem
@@ -193,24 +193,32 @@ def open_turn(
     """
     check_retries(retries)
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
-    return _OpenTurn(storage, ids, plan, retries, extra_keys)
+    return _OpenTurn(storage, ids, plan, retries, extra_keys, None)
 
 
 class _OpenTurn:
     """The context manager `open_turn` returns (a class, not a generator: every turn pays)."""
 
-    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_extra", "state")
+    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_extra", "_declared", "state")
 
     def __init__(
-        self, storage: Storage, ids: TurnIds, plan: Scopes, retries: int, extra: tuple[str, ...]
+        self,
+        storage: Storage,
+        ids: TurnIds,
+        plan: Scopes,
+        retries: int,
+        extra: tuple[str, ...],
+        declared: Declaration | None,
     ) -> None:
         self._storage, self._ids, self._plan = storage, ids, plan
-        self._retries, self._extra = retries, extra
+        self._retries, self._extra, self._declared = retries, extra, declared
         self.state: TurnState | None = None
         """The turn's state once loaded."""
 
     async def __aenter__(self) -> TurnState:
-        state = self.state = TurnState(self._ids, self._plan, read=self._storage.read)
+        state = self.state = TurnState(
+            self._ids, self._plan, read=self._storage.read, declared=self._declared
+        )
         await state.load(self._extra)  # `read_turn`, inline: every turn enters this
         return state
 
@@ -233,6 +241,7 @@ async def run_turn(
     attempts: int = TURN_ATTEMPTS,
     extra_keys: tuple[str, ...] = (),
     queues: TurnQueues | None = None,
+    declared: Declaration | None = None,
 ) -> T:
     """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
     state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
@@ -243,7 +252,8 @@ async def run_turn(
 
     With `queues`, a run after a conflict first takes the queue of each key it conflicted
     on, so this process's turns that keep meeting on one bucket (an app-wide counter) take
-    turns instead of overtaking each other again.
+    turns instead of overtaking each other again. `declared`: the scopes a route declares
+    (its turns read only those, see `TurnState`).
     """
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
@@ -251,7 +261,7 @@ async def run_turn(
     policy = ConflictRetries(attempts - 1, rerun=True)
     contended: set[str] = set()
     while True:
-        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
+        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys, declared)
         try:
             if not (contended and queues):
                 async with turn as state:

@@ -23,7 +23,7 @@ PUBLIC_MODULES = {
         "Record", "RunConflictError", "RunStateError", "ScopeError", "Scopes", "Selection",
         "SessionState", "StateClosedError", "StateConflictError", "StateError", "StatePathError",
         "StateValidationError", "StateValueError", "TempState", "TurnContext", "TurnIds",
-        "TurnQueues", "TurnState", "UserState", "accept_run", "add_event_listener", "app_key",
+        "TurnQueues", "TurnState", "UndeclaredScopeError", "UserState", "accept_run", "add_event_listener", "app_key",
         "cancel_run", "check_message", "conversation_key", "edit_state", "escape_segment",
         "execute_run", "list_conversations", "list_users", "literal", "model_messages", "next_turn",
         "open_run", "open_state", "open_storage", "open_turn", "open_user", "parse_key",
