@@ -209,6 +209,10 @@ class Document:
         self._pending = dumped
         return self._item(document, dumped)
 
+    def evidence_only(self) -> bool:
+        """Whether the last `pending_write()` changes the delivery evidence alone."""
+        return self._pending is not None and self._pending == self._base
+
     def _item(self, document: dict[str, Any], dumped: bytes) -> StoreItem:
         """The write of `document` (whose bytes are `dumped`) with the evidence the document
         carries as its last member; `StateValueError` when the value uses that member."""

@@ -60,7 +60,9 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     all-or-nothing on every store: a failed precondition raises `StateConflictError` naming
     the scopes (or record kinds), and every document keeps its changes for a retry. A batch
     that starts a session also writes the user's index entry of it (`session_index_key`), so
-    no session is ever stored without the entry `forget_user` finds it by.
+    no session is ever stored without the entry `forget_user` finds it by. A batch writing
+    only delivery evidence (no value changed) carries no read checks: the turn's outcome
+    stands as of its read, like a turn without an id that writes nothing.
     """
     pending: dict[str, tuple[Document, StoreItem]] = {}
     read: dict[str, Document] = {}
@@ -80,6 +82,8 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
         if upgrade is not None:
             pending[key] = (document, upgrade)
             del read[key]
+    if all(document.evidence_only() for document, _ in pending.values()):
+        read.clear()  # delivery evidence alone changes no value: nothing read needs checking
     unchanged = {key: document.etag for key, document in read.items()} or None
     changes = {key: item for key, (_, item) in pending.items()}
     for key, item in list(changes.items()):
@@ -296,4 +300,5 @@ async def _rebase(storage: Storage, documents: list[Document], keys: list[str]) 
     found = await storage.read(keys)
     by_key = {document.key: document for document in documents}
     for key in keys:
-        by_key[key].rebase(found.get(key))
+        if key in by_key:  # not a session's index entry: a save writes that one as it is
+            by_key[key].rebase(found.get(key))
