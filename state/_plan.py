@@ -27,8 +27,8 @@ PATH_CACHE_SIZE = 1024
 """Distinct state paths whose parse an application keeps."""
 TURN_STATE_NAMES = frozenset({
     "app", "attach", "changed", "close", "closed", "conversation", "delete", "delivered",
-    "discard", "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has", "history", "ids", "keys", "load",
-    "rerun", "scope", "scope_names", "session", "set", "setdefault", "stored_documents",
+    "discard", "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has",
+    "history", "ids", "keys", "load", "rerun", "scope", "scope_names", "session", "set", "setdefault", "stored_documents",
     "temp", "to_dict", "update", "user",
 })  # fmt: skip
 """`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
