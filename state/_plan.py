@@ -26,10 +26,10 @@ PLAN_CACHE_SIZE = 4096
 PATH_CACHE_SIZE = 1024
 """Distinct state paths whose parse an application keeps."""
 TURN_STATE_NAMES = frozenset({
-    "app", "attach", "changed", "close", "closed", "conversation", "delete", "delivered",
-    "discard", "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has",
-    "history", "ids", "keys", "load", "rerun", "scope", "scope_names", "session", "set", "setdefault", "stored_documents",
-    "temp", "to_dict", "update", "user",
+    "app", "attach", "changed", "close", "closed", "conversation", "delete", "delivered", "discard",
+    "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has", "history", "ids",
+    "keys", "load", "rerun", "scope", "scope_names", "session", "set", "setdefault",
+    "stored_documents", "temp", "to_dict", "update", "user",
 })  # fmt: skip
 """`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
 listed here so the plan needs nothing of the turn (tests/state/test_turn_state.py pins them)."""
