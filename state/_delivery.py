@@ -3,10 +3,11 @@
 A channel may deliver one activity twice (retries, redelivery after a timeout). A turn with an
 activity id leaves evidence of it (a digest of the activity and its replies) in the reserved
 member `DELIVERED` of one of the bucket documents it writes anyway, in the same conditional
-write: the first of the documents it writes in `Plan.evidence` order (user, session,
-conversation, app, then custom scopes), or, when it changed nothing, that order's first
-document the turn reads (its home: the user bucket, unless the turn has no user or its route
-declares other scopes), written with the evidence alone. So a turn with an id
+write: the first of the documents it writes in `Plan.evidence` order (session, user,
+conversation, app, then custom scopes), or, when it changed nothing, its home: the first of
+that order (among the scopes its route may use) that was stored when the turn read it, else
+the user bucket (which, unlike a new session, needs no index entry), written with the
+evidence alone. So a turn with an id
 writes exactly the documents its buckets changed, or one. A redelivery reads the same
 documents (the same activity takes the same route, so reads the same scopes), finds the
 evidence in the turn's one read and gets the first replies back without running the handler;

@@ -18,9 +18,10 @@ from ._paths import split_path
 from ._scopes import BUILTIN_SCOPES
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
-_EVIDENCE_ORDER = {"user": 0, "session": 1, "conversation": 2, "app": 3}
-"""The user's own documents first (a forget deletes them; the user bucket, unlike a new
-session, needs no index entry), then shared ones (see `Plan.evidence`)."""
+_EVIDENCE_ORDER = {"session": 0, "user": 1, "conversation": 2, "app": 3}
+"""The user's own documents first (a forget deletes them), the least shared first (the fewer
+activities a document takes, the longer its newest `EVIDENCE_LIMIT` reach back), then shared
+ones (see `Plan.evidence`)."""
 PLAN_CACHE_SIZE = 4096
 """Distinct ids whose keys an application keeps (about 1 KB each)."""
 PATH_CACHE_SIZE = 1024
@@ -46,7 +47,7 @@ class Plan(NamedTuple):
     """The scopes whose key needs an id these ids lack."""
     evidence: tuple[str, ...]
     """The stored scopes in the order a turn's delivery evidence looks for a document to go
-    in (see `state/_delivery.py`): user, session, conversation, app, then custom scopes."""
+    in (see `state/_delivery.py`): session, user, conversation, app, then custom scopes."""
 
 
 class Declaration(NamedTuple):

@@ -38,7 +38,7 @@ class TurnState:
     """
 
     __slots__ = (
-        "ids", "discarded", "closed", "rerun", "_declared",
+        "ids", "discarded", "closed", "rerun", "_declared", "_home",
         "_scopes", "_plan", "_buckets", "_documents", "_unstored", "_found", "_read", "_history",
     )  # fmt: skip
 
@@ -71,6 +71,7 @@ class TurnState:
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
+        self._home = self._choose_home()
 
     async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
         """Read every planned bucket, and `extra_keys` (framework documents, see `attach`),
@@ -79,6 +80,21 @@ class TurnState:
         keys += extra_keys
         if keys:
             self._found.update(await self._storage_read()(keys))
+            self._home = self._choose_home()
+
+    def _choose_home(self) -> str | None:
+        """The scope of the evidence's home: the first in `Plan.evidence` order of those the
+        turn may use that was stored when the turn read it, else the user's bucket (it needs
+        no index entry, unlike a new session), else the first of them; when the turn may use
+        no stored scope, the one `_declared_keys` read."""
+        plan, found = self._plan, self._found
+        names = [name for name in plan.evidence if self._allowed(name)]
+        if not names:
+            return _fallback(plan.evidence) if plan.evidence else None
+        for name in names:
+            if plan.scopes[name][1] in found:
+                return name
+        return _fallback(names)
 
     def _declared_keys(self) -> tuple[str, ...]:
         """The keys of the declared stored scopes, or of the evidence's home when none is
@@ -89,7 +105,7 @@ class TurnState:
             key for name, (_, key) in plan.scopes.items() if name in declared.scopes and key
         )
         if not keys and plan.evidence:
-            keys = (plan.scopes[plan.evidence[0]][1] or "",)
+            keys = (plan.scopes[_fallback(plan.evidence)][1] or "",)
         return keys
 
     def _allowed(self, name: str) -> bool:
@@ -112,20 +128,20 @@ class TurnState:
 
     def evidence_document(self, *, home: bool = False) -> Document | None:
         """The document this turn's delivery evidence goes in: the first of its documents in
-        `Plan.evidence` order that its save writes, else (or with `home`) the first of those
-        it reads, its home; None when the turn has no stored scope."""
+        `Plan.evidence` order that its save writes, else (or with `home`) its home (see
+        `_choose_home`); None when the turn has no stored scope."""
         plan = self._plan
         if not home:
             for name in plan.evidence:
                 document = self._documents.get(plan.scopes[name][1] or "")
                 if document is not None and document.changed:
                     return document
-        names = [name for name in plan.evidence if self._allowed(name)] or plan.evidence[:1]
-        if not names:
+        home = self._home
+        if home is None:
             return None
-        if self._allowed(names[0]):
-            return document_of(self.scope(names[0]))
-        cls, key = plan.scopes[names[0]]  # an undeclared home: read, never handed out
+        if self._allowed(home):
+            return document_of(self.scope(home))
+        cls, key = plan.scopes[home]  # an undeclared home: read, never handed out
         document = self._documents.get(key or "")
         if document is None:
             document = self._documents[key or ""] = document_of(
@@ -352,6 +368,11 @@ class TurnState:
             raise StatePathError(f"a path must be a str, got {type(key).__name__}")
         scope, steps, _ = self._scopes.locate(key)
         return self.scope(scope), steps
+
+
+def _fallback(names: tuple[str, ...] | list[str]) -> str:
+    """The home of evidence when none of `names` (in evidence order) is stored yet."""
+    return "user" if "user" in names else names[0]
 
 
 def _require_key(bucket: AgentState) -> str:
