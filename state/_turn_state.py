@@ -136,12 +136,12 @@ class TurnState:
                 document = self._documents.get(plan.scopes[name][1] or "")
                 if document is not None and document.changed:
                     return document
-        home = self._home
-        if home is None:
+        scope = self._home
+        if scope is None:
             return None
-        if self._allowed(home):
-            return document_of(self.scope(home))
-        cls, key = plan.scopes[home]  # an undeclared home: read, never handed out
+        if self._allowed(scope):
+            return document_of(self.scope(scope))
+        cls, key = plan.scopes[scope]  # an undeclared home: read, never handed out
         document = self._documents.get(key or "")
         if document is None:
             document = self._documents[key or ""] = document_of(
