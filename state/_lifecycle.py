@@ -40,13 +40,10 @@ is how long run n took (at least BASE): contenders spread over as long as a run 
 a turn on a store with slow commits (Blob intents) does not re-run into the same race."""
 
 
-async def read_turn(
-    storage: Storage, ids: TurnIds, scopes: Scopes, extra_keys: tuple[str, ...] = ()
-) -> TurnState:
-    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read, with
-    `extra_keys` (the framework's own documents of the turn, see `TurnState.attach`)."""
+async def read_turn(storage: Storage, ids: TurnIds, scopes: Scopes) -> TurnState:
+    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read."""
     state = TurnState(ids, scopes, read=storage.read)
-    await state.load(extra_keys)
+    await state.load()
     return state
 
 
@@ -184,7 +181,6 @@ def open_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     retries: int = MERGE_RETRIES,
-    extra_keys: tuple[str, ...] = (),
 ) -> _OpenTurn:
     """`async with open_turn(...) as state:` loads the turn's buckets in one read, gives its
     `TurnState`, and saves it when the block ends cleanly.
@@ -197,13 +193,13 @@ def open_turn(
     """
     check_retries(retries)
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
-    return _OpenTurn(storage, ids, plan, retries, extra_keys, None)
+    return _OpenTurn(storage, ids, plan, retries, None)
 
 
 class _OpenTurn:
     """The context manager `open_turn` returns (a class, not a generator: every turn pays)."""
 
-    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_extra", "_declared", "state")
+    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_declared", "state")
 
     def __init__(
         self,
@@ -211,11 +207,10 @@ class _OpenTurn:
         ids: TurnIds,
         plan: Scopes,
         retries: int,
-        extra: tuple[str, ...],
         declared: Declaration | None,
     ) -> None:
         self._storage, self._ids, self._plan = storage, ids, plan
-        self._retries, self._extra, self._declared = retries, extra, declared
+        self._retries, self._declared = retries, declared
         self.state: TurnState | None = None
         """The turn's state once loaded."""
 
@@ -223,7 +218,7 @@ class _OpenTurn:
         state = self.state = TurnState(
             self._ids, self._plan, read=self._storage.read, declared=self._declared
         )
-        await state.load(self._extra)  # `read_turn`, inline: every turn enters this
+        await state.load()  # `read_turn`, inline: every turn enters this
         return state
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
@@ -243,7 +238,6 @@ async def run_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     attempts: int = TURN_ATTEMPTS,
-    extra_keys: tuple[str, ...] = (),
     queues: TurnQueues | None = None,
     declared: Declaration | None = None,
 ) -> T:
@@ -265,7 +259,7 @@ async def run_turn(
     policy = ConflictRetries(attempts - 1, rerun=True)
     contended: set[str] = set()
     while True:
-        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys, declared)
+        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, declared)
         try:
             if not (contended and queues):
                 async with turn as state:

@@ -73,11 +73,10 @@ class TurnState:
         self._history: History | None = None
         self._home = self._choose_home()
 
-    async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
-        """Read every planned bucket, and `extra_keys` (framework documents, see `attach`),
-        in one batched read through `read` (`open_turn` does this before the turn)."""
+    async def load(self) -> None:
+        """Read every planned bucket (or the declared ones) in one batched read through `read`
+        (`open_turn` does this before the turn)."""
         keys = self._plan.keys if self._declared is None else self._declared_keys()
-        keys += extra_keys
         if keys:
             self._found.update(await self._storage_read()(keys))
             self._home = self._choose_home()
@@ -155,8 +154,8 @@ class TurnState:
         return list(self._documents.values())
 
     def attach(self, cls: type[R], key: str) -> R:
-        """A framework record of this turn (the record of a processed activity): read with
-        the turn (`extra_keys` of `open_turn`), saved with it."""
+        """A framework record of this turn, from what the turn read (`fetch` reads those it
+        has not), saved with it."""
         record = self._documents.get(key)
         if record is None:
             record = self._documents[key] = cls(key, self._found.pop(key, None))
