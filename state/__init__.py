@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         StatePathError,
         StateValidationError,
         StateValueError,
+        UndeclaredScopeError,
     )
     from ._events import add_event_listener
     from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
@@ -124,6 +125,7 @@ _HOMES = {
     "TurnQueues": "._queue",
     "TurnIds": "._ids",
     "TurnState": "._turn_state",
+    "UndeclaredScopeError": "._errors",
     "UnknownUserError": "._forget",
     "UnlistableStoreError": "._backup",
     "UserDataReport": "._forget",
@@ -201,6 +203,7 @@ __all__ = [
     "TurnIds",
     "TurnQueues",
     "TurnState",
+    "UndeclaredScopeError",
     "UnknownUserError",
     "UnlistableStoreError",
     "UserDataReport",

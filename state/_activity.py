@@ -26,10 +26,11 @@ _WIRE = ConfigDict(
     ser_json_inf_nan="constants",  # a NaN stays a NaN in the JSON dump, so the rule refuses it
 )
 
-KEPT_AT = 2
-"""Containers around an activity where the storage keeps it: a reply in its delivery record
-(`{"replies": [reply]}`). Every activity, incoming or sent, must meet the JSON rule there, so
-a reply that echoes any field of the incoming one can be kept too."""
+KEPT_AT = 4
+"""Containers around an activity where the storage keeps it: a reply in the delivery evidence
+of a bucket document (`{"$delivered": {name: {"replies": [reply]}}}`). Every activity,
+incoming or sent, must meet the JSON rule there, so a reply that echoes any field of the
+incoming one can be kept too."""
 
 
 class ActivityError(StateError, ValueError):
@@ -140,7 +141,7 @@ def check_storable(activity: Activity) -> None:
 
 def check_wire(wire: dict[str, Any]) -> None:
     """Raise `ActivityError` naming the first field of a wire activity that breaks the
-    storage's JSON rule where a delivery record keeps it (`KEPT_AT`): a lone surrogate, an int
+    storage's JSON rule where its delivery evidence keeps it (`KEPT_AT`): a lone surrogate, an int
     beyond 64 bits, a NaN, too deep a nesting, a value of no JSON type. Work is linear in the
     activity's size."""
     try:
@@ -168,13 +169,13 @@ def _unstorable(name: str, value: Any) -> str | None:
     except JsonRuleError:
         return (
             f"it nests deeper than {MAX_DEPTH - KEPT_AT - 1} containers, "
-            "the most a field can where its delivery record keeps it"
+            "the most a field can where its delivery evidence keeps it"
         )
     return None
 
 
 def _enclosed(wire: Any) -> Any:
-    """`wire` as deep as a delivery record keeps it (`KEPT_AT` containers around it)."""
+    """`wire` as deep as the delivery evidence keeps it (`KEPT_AT` containers around it)."""
     for _ in range(KEPT_AT):
         wire = [wire]
     return wire

@@ -22,28 +22,31 @@ from ._context import TurnContext
 from ._delivery import (
     CLAIM_LEASE_SECONDS,
     RETENTION_SECONDS,
-    DeliveryRecord,
     claim_activity,
+    evidence_name,
+    evidence_prefix,
     recorded_replies,
     remember,
 )
+from ._errors import ScopeError
 from ._events import report
 from ._ids import TurnIds
-from ._keys import activities_prefix, escape_segment
 from ._lifecycle import TURN_ATTEMPTS, run_turn
-from ._plan import PLAN_CACHE_SIZE, Scopes
+from ._plan import PLAN_CACHE_SIZE, Declaration, Scopes
 from ._queue import TurnQueues
 from ._routing import (
     Handler,
+    Match,
     Route,
     Selector,
+    choose_early,
+    over_context,
     require_async,
-    text_selector,
-    type_selector,
+    text_match,
+    type_match,
 )
 from ._turn_state import TurnState
 from .backends import Storage
-from .backends._items import BuiltKeys
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
 """`async def hook(ctx, state)`; returning `False` stops the hooks after it."""
@@ -76,6 +79,15 @@ class AgentApplication:
     `claim=True` (handlers with outside effects) also claims its activity in storage before
     the handler runs, so the handler runs at most once across processes while the claim's
     lease (`claim_lease` seconds) holds; see `_delivery`.
+
+    Exactly once: an activity with an id is applied once within `dedup_retention` seconds
+    (None: no deduplication); its evidence travels inside a document the turn writes anyway.
+
+    A route of `message()` or `activity()` may declare the stored scopes it uses
+    (`scopes=("user", "conversation")`): its turns read only those (one batched read), and
+    using another (its hooks too) raises `UndeclaredScopeError`. Such a route is chosen
+    before the state is read, which is why only these selectors over the activity alone
+    take `scopes=`. `temp` and other unstored scopes are always there.
     """
 
     def __init__(
@@ -99,14 +111,15 @@ class AgentApplication:
         self._on_error: ErrorHandler | None = None
         self._queues = TurnQueues()
         self.turn_attempts = TURN_ATTEMPTS
-        self._records = _records_kept_for(dedup_retention)
+        if dedup_retention is not None:
+            _positive(dedup_retention, "dedup_retention")
+        self.dedup_retention = dedup_retention
         self.claim_lease = _positive(claim_lease, "claim_lease")
         self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_ids_and_queue)
         """The `TurnIds` of recent turns and their queue's key, one object per distinct ids
         (so plan lookups find them by identity, and no turn builds them again)."""
-        self._activities = lru_cache(maxsize=PLAN_CACHE_SIZE)(_activities_of)
-        """Where the activities of recent ids are recorded (`activities_prefix`): their ids
-        escaped once, not on every turn."""
+        self._evidence = lru_cache(maxsize=PLAN_CACHE_SIZE)(evidence_prefix)
+        """The `evidence_prefix` of recent ids: their ids escaped once, not on every turn."""
 
     def message(
         self,
@@ -114,18 +127,27 @@ class AgentApplication:
         *,
         rerun: bool = True,
         claim: bool = False,
+        scopes: Iterable[str] | None = None,
     ) -> Callable[[_H], _H]:
         """Route messages: a str matches the whole trimmed text ignoring case, a regex is
         searched in it, `None` matches every message. `rerun=False`: a conflict fails the
         turn instead of running the handler again; `claim=True`: that, and the activity is
-        claimed before the handler runs (see the class docstring)."""
-        return self._route(text_selector(pattern), rerun, claim)
+        claimed before the handler runs; `scopes`: the only stored scopes the route uses
+        (see the class docstring)."""
+        match = text_match(pattern)
+        return self._route(over_context(match), match, rerun, claim, scopes)
 
     def activity(
-        self, activity_type: str, *, rerun: bool = True, claim: bool = False
+        self,
+        activity_type: str,
+        *,
+        rerun: bool = True,
+        claim: bool = False,
+        scopes: Iterable[str] | None = None,
     ) -> Callable[[_H], _H]:
         """Route activities of one type, e.g. `"conversationUpdate"` or `"event"`."""
-        return self._route(type_selector(activity_type), rerun, claim)
+        match = type_match(activity_type)
+        return self._route(over_context(match), match, rerun, claim, scopes)
 
     def route(
         self, selector: Selector, *, rerun: bool = True, claim: bool = False
@@ -133,7 +155,7 @@ class AgentApplication:
         """Route turns for which `selector(ctx)` (sync or async) is true."""
         if not callable(selector):
             raise TypeError("route() takes a callable selector(ctx)")
-        return self._route(selector, rerun, claim)
+        return self._route(selector, None, rerun, claim, None)
 
     def before_turn(self, hook: _Hook) -> _Hook:
         """Run `hook(ctx, state)` before routing; returning `False` ends the turn there."""
@@ -170,30 +192,34 @@ class AgentApplication:
             self.namespace,
         )
 
-        record_key = self._record_key(activity, ids)
+        retention = self.dedup_retention
+        name = None
+        if activity.id and ids.channel_id and retention is not None:
+            name = evidence_name(self._evidence(ids), activity.id)
+        early = choose_early(self._routes, activity)
 
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
-            record = state.attach(self._records, record_key) if record_key is not None else None
-            if record is not None:
-                first = recorded_replies(record, activity)
+            if name is not None:
+                assert retention is not None
+                first = recorded_replies(state, name, activity, retention)
                 if first is not None:  # a redelivery: the first processing's outcome
                     report("redelivery", ids, activity=activity.id, replies=len(first))
                     state.discard()
                     return first
             ctx = TurnContext(activity, state, attempt)
             try:
-                claimed = await self._run(ctx, state, record)
+                claimed = await self._run(ctx, state, name, early)
             except Exception as error:
                 if self._on_error is None:
                     raise
                 state.discard()
                 await self._on_error(ctx, error)
                 return ctx.replies
-            if record is not None and (claimed or state.changed()):
-                remember(record, activity, ctx.replies)
+            if name is not None:
+                assert retention is not None
+                remember(state, name, activity, ctx.replies, retention, claimed=claimed)
             return ctx.replies
 
-        extra = BuiltKeys((record_key,)) if record_key is not None else ()
         place = self._queues.turn(queue_key)
         waiting = place.take()
         if waiting is not None:
@@ -205,52 +231,80 @@ class AgentApplication:
                 turn,
                 scopes=self._scopes,
                 attempts=self.turn_attempts,
-                extra_keys=extra,
                 queues=self._queues,
+                declared=early.declared if early is not None else None,
             )
         finally:
             place.leave()
 
-    def _record_key(self, activity: Activity, ids: TurnIds) -> str | None:
-        """Where `activity`'s processing is recorded; None without an id or a channel."""
-        if not activity.id or not ids.channel_id or self._records.ttl is None:
-            return None
-        return self._activities(ids) + escape_segment(activity.id, what="activity id")
-
-    async def _run(self, ctx: TurnContext, state: TurnState, record: DeliveryRecord | None) -> bool:
-        """Run the hooks and the first matching route; whether the route claimed the activity
-        (then its record is saved even when nothing else changed, replacing the claim)."""
+    async def _run(
+        self, ctx: TurnContext, state: TurnState, name: str | None, early: Route | None
+    ) -> bool:
+        """Run the hooks and the matching route (`early`, when chosen before the read, else
+        the first match); whether the route claimed the activity (then its evidence replaces
+        the claim in the turn's home document, see `_delivery`)."""
         claimed = False
         if self._before and not await _run_hooks(self._before, ctx, state):
             return claimed
-        for route in self._routes:  # the first match, in registration order
-            matched = route.selector(ctx)
-            if type(matched) is not bool and inspect.isawaitable(matched):
-                matched = await matched
-            if matched:
-                if not route.rerun or route.claim:
-                    state.forbid_rerun()
-                if route.claim and record is not None:
-                    await claim_activity(self.storage, record, ctx.activity, self.claim_lease)
-                    claimed = True
-                await route.handler(ctx, state)
-                break
+        for route in (early,) if early is not None else self._routes:  # in registration order
+            if early is None:
+                matched = route.selector(ctx)
+                if type(matched) is not bool and inspect.isawaitable(matched):
+                    matched = await matched
+                if not matched:
+                    continue
+            if route.claim and name is not None:
+                assert self.dedup_retention is not None
+                await claim_activity(
+                    self.storage, state, name, ctx.activity, self.claim_lease, self.dedup_retention
+                )
+                claimed = True
+            if not route.rerun or route.claim:
+                state.forbid_rerun()
+            await route.handler(ctx, state)
+            break
         if self._after:
             await _run_hooks(self._after, ctx, state)
         return claimed
 
-    def _route(self, selector: Selector, rerun: bool, claim: bool) -> Callable[[_H], _H]:
+    def _route(
+        self,
+        selector: Selector,
+        match: Match | None,
+        rerun: bool,
+        claim: bool,
+        scopes: Iterable[str] | None,
+    ) -> Callable[[_H], _H]:
+        """Register a route (`match`: its selector over the activity alone, when it is one)."""
         if not isinstance(rerun, bool) or not isinstance(claim, bool):
             raise TypeError(f"rerun and claim must be True or False, got {rerun!r}, {claim!r}")
-        if claim and self._records.ttl is None:
+        if claim and self.dedup_retention is None:
             raise ValueError("claim=True needs activity records: dedup_retention is None")
+        names = self._declared_scopes(scopes)
 
         def register(handler: _H) -> _H:
             handler = require_async(handler, "route handler")
-            self._routes.append(Route(selector, handler, rerun, claim))
+            declared = None
+            if names is not None:
+                declared = Declaration(names, getattr(handler, "__qualname__", repr(handler)))
+            self._routes.append(Route(selector, handler, rerun, claim, match, declared))
             return handler
 
         return register
+
+    def _declared_scopes(self, scopes: Iterable[str] | None) -> frozenset[str] | None:
+        """The stored scopes a route declares (`scopes=`), each a scope of this application;
+        `ScopeError` naming an unknown one. A str is refused (it would read as its letters)."""
+        if scopes is None:
+            return None
+        if isinstance(scopes, str):
+            raise TypeError(f"scopes= takes scope names, e.g. ({scopes!r},), not a str")
+        names = frozenset(scopes)
+        unknown = sorted(names - self._scopes.names)
+        if unknown:
+            known = ", ".join(sorted(self._scopes.names))
+            raise ScopeError(f"scopes= names unknown scope(s) {unknown}; known: {known}")
+        return names
 
 
 def _positive(seconds: object, name: str) -> float:
@@ -258,15 +312,6 @@ def _positive(seconds: object, name: str) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
         raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
     return float(seconds)
-
-
-def _records_kept_for(seconds: float | None) -> type[DeliveryRecord]:
-    """The record class whose documents live `seconds` (None: no records, no dedup)."""
-    if seconds is not None:
-        _positive(seconds, "dedup_retention")
-    if seconds == RETENTION_SECONDS:
-        return DeliveryRecord
-    return type("DeliveryRecord", (DeliveryRecord,), {"__slots__": (), "ttl": seconds})
 
 
 def _ids_and_queue(
@@ -279,17 +324,6 @@ def _ids_and_queue(
     """The `TurnIds` of a turn and the key of its queue (`_queue_key`)."""
     ids = TurnIds(channel, user, conversation, app_name, namespace)
     return ids, _queue_key(ids)
-
-
-def _activities_of(ids: TurnIds) -> str:
-    """`activities_prefix` of the ids of a turn with a channel."""
-    assert ids.channel_id is not None
-    return activities_prefix(
-        ids.channel_id,
-        conversation=ids.conversation_id,
-        user=ids.user_id,
-        namespace=ids.namespace,
-    )
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

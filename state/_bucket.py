@@ -288,7 +288,7 @@ class _ModelDocument(Document):
             return None
         document = self.document()
         self._pending = self.dump(document)
-        return StoreItem(document, self.etag, self._pending, ttl=self.ttl)
+        return self._item(document, self._pending)
 
     def mark_saved(self, etag: str) -> None:
         super().mark_saved(etag)

@@ -37,7 +37,7 @@ class TurnContext:
 
     async def send(self, message: str | Activity | Mapping[str, Any]) -> Activity:
         """Queue a reply: a text, or an activity whose missing routing fields are filled in.
-        `ActivityError` for a reply the storage could not keep in the turn's delivery record."""
+        `ActivityError` for a reply the storage could not keep in the turn's delivery evidence."""
         if self.state.closed:
             raise StateClosedError("replies")
         if isinstance(message, str):

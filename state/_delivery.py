@@ -1,39 +1,62 @@
-"""Exactly once per activity: the record of a processed activity, saved with its turn.
+"""Exactly once per activity: evidence of a processed activity, inside a document the turn writes.
 
-A channel may deliver one activity twice (retries, redelivery after a timeout). A turn that
-changed state stores a record of its activity (a digest of the activity and the replies)
-in the same write as its buckets, under the activity's conversation, with a TTL: the
-retention window. A second delivery within it finds the record in the turn's one read and
-gets the first replies back without running the handler again; the same id with other
-content is an `ActivityConflictError`. Turns that changed nothing keep no record: running
-them again applies nothing.
+A channel may deliver one activity twice (retries, redelivery after a timeout). A turn with an
+activity id leaves evidence of it (a digest of the activity and its replies) in the reserved
+member `DELIVERED` of one of the bucket documents it writes anyway, in the same conditional
+write: the first of the documents it writes in `Plan.evidence` order (session, user,
+conversation, app, then custom scopes), or, when it changed nothing, its home: the first of
+that order (among the scopes its route may use) that was stored when the turn read it, else
+the user bucket (which, unlike a new session, needs no index entry), written with the
+evidence alone. So a turn with an id
+writes exactly the documents its buckets changed, or one. A redelivery reads the same
+documents (the same activity takes the same route, so reads the same scopes), finds the
+evidence in the turn's one read and gets the first replies back without running the handler;
+the same id with other content is an `ActivityConflictError`.
 
-A claimed route (`claim=True`, for handlers with outside effects) goes further: before its
-handler runs, the turn creates the activity's record as a claim (a create-only write that
-lives `lease` seconds), so of the processes that get the activity at once only one runs the
-handler; the others raise `ActivityClaimedError`. The turn's save replaces the claim by the
-record, conditionally on the claim's version. A claim whose turn never saved (its process
-died, its handler raised, its save failed) refuses the activity until the lease ends; then a
-delivery runs the route again, so the activity is never lost.
+Bounds: an entry lives `retention` seconds (ignored once older, dropped at the document's next
+write) and a document keeps the newest `EVIDENCE_LIMIT` entries. Entries are named by
+channel, conversation (else user) and activity id (`evidence_name`), since the user and app
+documents hold entries from many conversations.
+
+Two deliveries running at once in different processes: the later save conflicts with the
+first whenever both touched a document in common, which turns whose changes depend only on
+the state and the activity always do (the same reads give the same writes, and the evidence
+goes into one of them); the conflicting turn runs again and finds the evidence. A handler
+whose writes depend on time, chance or the outside world, or that has outside effects, claims
+its activity instead (`claim=True`): before its handler runs, the turn writes a claim entry
+(living `lease` seconds) into its home document, a conditional write, so of the processes that
+get the activity at once only one runs the handler; the others raise `ActivityClaimedError`.
+The claimed turn's evidence replaces the claim in the home document, conditionally on the
+claim still being there. A claim whose turn never saved refuses the activity until the lease
+ends; then a delivery runs the route again, so the activity is never lost.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from typing import Any
 
 import orjson
 
 from ._activity import Activity
-from ._document import Record
+from ._document import DELIVERED, Merge
 from ._errors import StateError
-from .backends import ConflictError, Storage, StoreItem
+from ._ids import TurnIds
+from ._keys import escape_segment
+from ._turn_state import TurnState
+from .backends import ConflictError, FormatError, Storage
 
 RETENTION_SECONDS = 24 * 3600.0
 """How long a processed activity is remembered by default."""
 CLAIM_LEASE_SECONDS = 300.0
 """How long a claim holds an activity whose turn has not saved, by default."""
+EVIDENCE_LIMIT = 32
+"""How many activities' evidence one document keeps at most (the newest)."""
+CLAIM_RETRIES = 3
+"""How many times a claim is written again onto a newer version of its document that another
+writer changed (not with a claim of this activity) meanwhile."""
 
 
 class ActivityConflictError(StateError, ValueError):
@@ -61,15 +84,18 @@ class ActivityClaimedError(StateError):
         )
 
 
-class DeliveryRecord(Record):
-    """The stored record of one processed activity (`TurnState.attach`es it): the digest of
-    the activity and its replies, or a claimed route's claim (`{"claim": {"digest", "token"}}`)
-    until its turn saves. It has no format member (records written before had none)."""
+def evidence_prefix(ids: TurnIds) -> str:
+    """What comes before the activity id in the name of an activity's evidence entry:
+    `{channel}/c/{conversation}/`, or `{channel}/u/{user}/` without a conversation (ids are
+    unique per conversation). The same for every activity of given ids: keep it per ids."""
+    where = ("c", ids.conversation_id) if ids.conversation_id else ("u", ids.user_id or "")
+    channel = escape_segment(ids.channel_id or "", what="channel id")
+    return f"{channel}/{where[0]}/{escape_segment(where[1], what='conversation id')}/"
 
-    kind = "delivery"
-    format = None
-    fields = {"digest": str, "replies": list}
-    ttl = RETENTION_SECONDS
+
+def evidence_name(prefix: str, activity_id: str) -> str:
+    """The name of an activity's evidence entry, after its ids' `evidence_prefix`."""
+    return prefix + escape_segment(activity_id, what="activity id")
 
 
 def digest(activity: Activity) -> str:
@@ -78,45 +104,138 @@ def digest(activity: Activity) -> str:
     return hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def recorded_replies(record: DeliveryRecord, activity: Activity) -> list[Activity] | None:
-    """The replies of the first processing of `activity`, or None when it is new;
-    `ActivityClaimedError` while another delivery's claim holds it."""
-    claim = record.value.get("claim")
-    if isinstance(claim, dict) and len(record.value) == 1:
-        if claim.get("digest") != digest(activity):
+def recorded_replies(
+    state: TurnState, name: str, activity: Activity, retention: float
+) -> list[Activity] | None:
+    """The replies of the first processing of `activity` (evidence named `name` in the
+    documents the turn read), or None when it is new; `ActivityConflictError` for evidence of
+    other content, `ActivityClaimedError` while another delivery's claim holds it."""
+    now = time.time()
+    claimed = False
+    for key, entry in state.delivered(name):
+        _check(key, entry)
+        if not _live(entry, now, retention):
+            continue
+        claim = entry.get("claim")
+        found = claim["digest"] if claim is not None else entry["digest"]
+        if found != digest(activity):
             raise ActivityConflictError(activity.id or "")
+        if claim is None:
+            return [Activity.of(reply) for reply in entry["replies"]]
+        claimed = True
+    if claimed:
         raise ActivityClaimedError(activity.id or "")
-    stored = record.stored()
-    if stored is None:
-        return None
-    if stored["digest"] != digest(activity):
-        raise ActivityConflictError(activity.id or "")
-    return [Activity.of(reply) for reply in stored["replies"]]
+    return None
 
 
 async def claim_activity(
-    storage: Storage, record: DeliveryRecord, activity: Activity, lease: float
+    storage: Storage,
+    state: TurnState,
+    name: str,
+    activity: Activity,
+    lease: float,
+    retention: float,
 ) -> None:
-    """Create `record` (found absent by the turn's read) as a claim of `activity` living
-    `lease` seconds, and start the record from it, so the turn's save replaces this very
-    claim; `ActivityClaimedError` when another delivery created the record first. The claim
-    holds a token of its own, so a turn whose lease ended and whose activity was claimed
-    again cannot merge its save into the new claim."""
-    key = record.key
+    """Write a claim of `activity` living `lease` seconds into the turn's home document
+    before the handler runs (a conditional write of the document as read, with the claim
+    added), so the turn's save replaces this very claim; `ActivityClaimedError` when another
+    delivery claimed or saved the activity first. The claim holds a token of its own, so a turn
+    whose lease ended and whose activity was claimed again cannot merge its save into the new
+    claim."""
+    document = state.evidence_document(home=True)
+    if document is None:
+        return
+    now = time.time()
+    claim = {"digest": digest(activity), "token": uuid.uuid4().hex}
+    document.note(
+        name, _adding(name, _entry(activity, now, claim=claim, until=now + lease), retention)
+    )
+    key = document.key
     assert key is not None
-    document = {"claim": {"digest": digest(activity), "token": uuid.uuid4().hex}}
-    try:
-        etags = await storage.write({key: StoreItem(document, record.etag, ttl=lease)})
-    except ConflictError as exc:
-        raise ActivityClaimedError(activity.id or "") from exc
-    record.load(StoreItem(document, etags[key]))
-    record.read_all = True  # the turn read the claim: a save meeting another claim is refused
+    for _ in range(CLAIM_RETRIES + 1):
+        try:
+            etags = await storage.write({key: document.evidence_write()})
+        except ConflictError:
+            newer = (await storage.read([key])).get(key)
+            theirs = newer.value.get(DELIVERED) if newer is not None else None
+            if isinstance(theirs, dict) and name in theirs:
+                _check(key, theirs[name])
+                if _live(theirs[name], time.time(), retention):
+                    raise ActivityClaimedError(activity.id or "") from None
+            document.rebase(newer)
+            continue
+        document.evidence_saved(etags[key])
+        return
+    raise ActivityClaimedError(activity.id or "")
 
 
-def remember(record: DeliveryRecord, activity: Activity, replies: list[Activity]) -> None:
-    """Fill the record that the turn's save writes along with its buckets."""
+def remember(
+    state: TurnState,
+    name: str,
+    activity: Activity,
+    replies: list[Activity],
+    retention: float,
+    *,
+    claimed: bool,
+) -> None:
+    """Note the evidence of `activity` and its `replies` in the document the turn's save
+    writes it in (a claimed turn's: its home, replacing the claim)."""
+    document = state.evidence_document(home=claimed)
+    if document is None:
+        return
     wire: list[dict[str, Any]] = [
         reply.model_dump(mode="json", by_alias=True, exclude_none=True) for reply in replies
     ]
-    record.value.pop("claim", None)
-    record.value.update(digest=digest(activity), replies=wire)
+    entry = _entry(activity, time.time(), digest=digest(activity), replies=wire)
+    document.note(name, _adding(name, entry, retention))
+
+
+def _entry(activity: Activity, now: float, **members: Any) -> dict[str, Any]:
+    """An evidence entry made at `now`, naming the activity's sender (so a forget finds it)."""
+    sender = activity.from_property.id if activity.from_property is not None else None
+    return {**members, "at": now, **({"user": sender} if sender else {})}
+
+
+def _adding(name: str, entry: dict[str, Any], retention: float) -> Merge:
+    """Add `entry` as `name` to a document's evidence, dropping what is past `retention` and
+    all but the newest `EVIDENCE_LIMIT` entries."""
+
+    def merge(delivered: dict[str, Any]) -> dict[str, Any]:
+        now = time.time()
+        kept = {
+            other: found
+            for other, found in delivered.items()
+            if other != name and _live(_check(other, found), now, retention)
+        }
+        if len(kept) >= EVIDENCE_LIMIT:
+            newest = sorted(kept.items(), key=lambda item: float(item[1]["at"]))
+            kept = dict(newest[len(kept) - EVIDENCE_LIMIT + 1 :])
+        kept[name] = entry
+        return kept
+
+    return merge
+
+
+def _live(entry: dict[str, Any], now: float, retention: float) -> bool:
+    """Whether an entry still counts: a claim within its lease, evidence within retention."""
+    if "claim" in entry:
+        return bool(entry["until"] > now)
+    return bool(entry["at"] + retention > now)
+
+
+def _check(key: str, entry: Any) -> dict[str, Any]:
+    """`entry` when it is delivery evidence or a claim; `FormatError` otherwise (never
+    rewritten)."""
+    if isinstance(entry, dict) and _number(entry.get("at")):
+        claim = entry.get("claim")
+        if claim is None and isinstance(entry.get("digest"), str):
+            if isinstance(entry.get("replies"), list):
+                return entry
+        elif isinstance(claim, dict) and isinstance(claim.get("digest"), str):
+            if _number(entry.get("until")):
+                return entry
+    raise FormatError(key, f"holds {DELIVERED} evidence that is not a delivery entry")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -9,14 +9,18 @@ RFC 6902 patch against the baseline is only computed when asked for or when reba
 a conflict.
 
 Two kinds sit on it: the user's buckets (`AgentState` holds one underneath and records the
-paths it reads, for rebasing) and the framework's own `Record`s (delivery evidence, history,
-runs, AG-UI thread documents), plain JSON objects with one format check.
+paths it reads, for rebasing) and the framework's own `Record`s (history, runs, AG-UI thread
+documents), plain JSON objects with one format check.
+
+A stored document may also carry the framework's delivery evidence in the reserved member
+`DELIVERED` (see `state/_delivery.py`): taken out when the document is loaded, so the user's
+value never shows it, and written back as the last member whenever the document is written.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Protocol, TypeAlias, TypeVar
 
 import orjson
@@ -32,6 +36,13 @@ from ._paths import MISSING, get_in
 from .backends import FormatError, StoreItem
 from .backends._json import DUMP_OPTIONS, JsonRuleError, check_encoded, encode_json
 from .jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
+
+DELIVERED = "$delivered"
+"""The reserved member of a stored document holding the delivery evidence (a JSON object)."""
+_DELIVERED_MEMBER = orjson.dumps(DELIVERED) + b":"
+
+Merge: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
+"""Given the evidence a document holds, the evidence it holds with a turn's entry added."""
 
 
 class Document:
@@ -53,7 +64,7 @@ class Document:
 
     __slots__ = (
         "key", "etag", "closed", "reads", "read_all", "exposed", "expires_at", "holds",
-        "_loaded", "_stored", "_value", "_base", "_pending",
+        "delivered", "_loaded", "_stored", "_value", "_base", "_pending", "_note",
     )  # fmt: skip
     key: str | None
     etag: str | None
@@ -65,17 +76,34 @@ class Document:
     _value: Any
     _base: bytes | None
     _pending: bytes | None
+    delivered: dict[str, Any] | None
+    """The delivery evidence the document carries (its `DELIVERED` member), None: none."""
+    _note: tuple[str, Any, Merge] | None
+    """The evidence entry this turn adds: its name, the entry found there, how to add it."""
 
     def __init__(self, key: str | None, item: StoreItem | None) -> None:
         self.key = key
         self.closed = self.read_all = self.exposed = False
         self.reads = set()
         self._value = self._base = self._pending = self.holds = None
+        self._note = self.delivered = None
         if item is None:  # `load(item)`, inline: every bucket of every turn starts here
             self._loaded = self._stored = self.etag = self.expires_at = None
         else:
             self._loaded, self._stored, self.etag = item.value, item.data, item.etag
             self.expires_at = _expiry(item)
+            if DELIVERED in item.value:
+                self._take_delivered()
+
+    def _take_delivered(self) -> None:
+        """Move the loaded value's evidence to `delivered` (its stored bytes include the
+        evidence, so the baseline is serialized from the value instead)."""
+        loaded = self._loaded
+        assert loaded is not None
+        delivered = loaded.pop(DELIVERED)
+        if not isinstance(delivered, dict):
+            raise FormatError(self.key or "", f"member {DELIVERED!r} is not an object")
+        self.delivered, self._stored = delivered, None
 
     def load(self, item: StoreItem | None) -> None:
         """Start over from a stored version (None: not stored yet), dropping unsaved edits.
@@ -86,9 +114,11 @@ class Document:
         self._stored = item.data if item is not None else None
         self.etag = item.etag if item is not None else None
         self.expires_at = _expiry(item) if item is not None else None
-        self._value = self._base = self._pending = None
+        self._value = self._base = self._pending = self._note = self.delivered = None
         self.reads = set()
         self.read_all = self.exposed = False
+        if item is not None and DELIVERED in item.value:
+            self._take_delivered()
 
     def root(self) -> Any:
         """The live value, its baseline recorded first: everything handed out comes from here,
@@ -123,10 +153,36 @@ class Document:
 
     @property
     def changed(self) -> bool:
-        """Whether the document differs from what was loaded (or last saved)."""
+        """Whether the document's value differs from what was loaded (or last saved)."""
         if self._base is None or not self.exposed:
             return False
         return self.dump(self.document()) != self._base
+
+    def note(self, name: str, merge: Merge) -> None:
+        """Add an evidence entry (`merge` adds it, and drops what the bounds drop) to be
+        written with the document; the entry found under `name` now must still be there when
+        the write lands (a rebase onto a version whose entry differs is a conflict)."""
+        found = self.delivered or {}
+        if self._note is None or self._note[0] != name:
+            self._note = (name, found.get(name), merge)
+        else:
+            self._note = (name, self._note[1], merge)
+        self.delivered = merge(dict(found))
+
+    def evidence_write(self) -> StoreItem:
+        """A write of the document as it was read (none of the turn's edits) with its
+        evidence now: a claim, written before the handler runs (`evidence_saved` after)."""
+        self.root()
+        assert self._base is not None
+        return self._item(orjson.loads(self._base), self._base)
+
+    def evidence_saved(self, etag: str) -> None:
+        """Record that `evidence_write()` was stored as `etag`: the turn's edits stay pending
+        and the entry noted is now the one found (the save replaces it)."""
+        self.etag = etag
+        if self._note is not None:
+            name, _, merge = self._note
+            self._note = (name, (self.delivered or {}).get(name), merge)
 
     def changes(self) -> list[dict[str, Any]]:
         """The change since load (or the last save) as an RFC 6902 patch; [] when unchanged."""
@@ -147,15 +203,38 @@ class Document:
         write returns. Raises `StateValueError` / `StateValidationError` for a document that
         cannot be stored, before anything is written.
         """
-        if self._base is None or not self.exposed:
-            return None
+        if self._note is None:
+            if self._base is None or not self.exposed:
+                return None
+        elif self._base is None:
+            self.root()
         document = self.document()
         dumped = self.dump(document)
-        if dumped == self._base:
+        if dumped == self._base and self._note is None:
             return None
-        self._check(document, dumped)
+        if dumped != self._base:
+            self._check(document, dumped)
         self._pending = dumped
-        return StoreItem(document, self.etag, dumped, ttl=self.ttl)
+        return self._item(document, dumped)
+
+    def evidence_only(self) -> bool:
+        """Whether the last `pending_write()` changes the delivery evidence alone."""
+        return self._pending is not None and self._pending == self._base
+
+    def _item(self, document: dict[str, Any], dumped: bytes) -> StoreItem:
+        """The write of `document` (whose bytes are `dumped`) with the evidence the document
+        carries as its last member; `StateValueError` when the value uses that member."""
+        delivered = self.delivered
+        if DELIVERED in document:
+            raise StateValueError(
+                f"state for key {self.key!r} uses the member {DELIVERED!r}, reserved for "
+                "the framework's delivery evidence"
+            )
+        if not delivered:
+            return StoreItem(document, self.etag, dumped, ttl=self.ttl)
+        tail = _DELIVERED_MEMBER + orjson.dumps(delivered) + b"}"
+        data = dumped[:-1] + (b"," + tail if len(dumped) > 2 else tail)
+        return StoreItem({**document, DELIVERED: delivered}, self.etag, data, ttl=self.ttl)
 
     def kept_write(self) -> StoreItem:
         """The write storing the document as it stands, conditional on its version: a save
@@ -174,7 +253,7 @@ class Document:
         """Record that the last `pending_write()` (or `upgrade_write()`) was stored as `etag`."""
         if self._pending is None:
             raise StateError("mark_saved() needs a pending_write() first")
-        self._base, self.etag, self._pending = self._pending, etag, None
+        self._base, self.etag, self._pending, self._note = self._pending, etag, None, None
 
     def rebase(self, newer: StoreItem | None) -> None:
         """Replay this document's changes onto a newer stored version, after a write conflict.
@@ -185,10 +264,14 @@ class Document:
         left as it was. A blind write the newer version already made is dropped. A stored
         document deleted since (`newer` None) is a conflict too, never recreated.
         """
+        note = self._note
         if self._base is None:
             self.load(newer)
+            self._renote(note, self.delivered)
             return
         if self.last_writer_wins:  # keep this document, written over the newer version
+            theirs = newer.value.get(DELIVERED) if newer is not None else None
+            self._renote(note, theirs if isinstance(theirs, dict) else None)
             self.etag = newer.etag if newer is not None else None
             self.expires_at = _expiry(newer) if newer is not None else None
             return
@@ -196,6 +279,7 @@ class Document:
             raise self._conflict(message=f"{self.kind} state was deleted")
         base = orjson.loads(self._base)
         fresh = self._like(newer)
+        self._renote(note, fresh.delivered)
         fresh.root()
         theirs = fresh.document()
         reads = None if self.read_all else self.reads
@@ -211,6 +295,19 @@ class Document:
         self._adopt(merged)
         self._loaded = self._stored = self._pending = None
         self.etag, self._base, self.expires_at = fresh.etag, fresh._base, fresh.expires_at
+
+    def _renote(self, note: tuple[str, Any, Merge] | None, theirs: dict[str, Any] | None) -> None:
+        """Take a newer version's evidence, with this turn's entry (`note`) added again; a
+        conflict when the newer version's entry under that name is not the one this turn found
+        (another delivery of the activity saved or claimed it meanwhile)."""
+        if note is None:
+            self.delivered = theirs
+            return
+        name, found, merge = note
+        theirs = theirs or {}
+        if theirs.get(name) != found:
+            raise self._conflict(message=f"activity {name!r} was saved by another delivery")
+        self.delivered, self._note = merge(dict(theirs)), note
 
     def dump(self, document: dict[str, Any]) -> bytes:
         """`document` as the JSON bytes stored; `StateValueError` naming what is not JSON."""

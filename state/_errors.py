@@ -26,6 +26,20 @@ class ScopeError(StateError, ValueError):
     """A scope name is unknown, malformed, or clashes with another scope or a TurnState name."""
 
 
+class UndeclaredScopeError(ScopeError):
+    """A turn of a route that declares the scopes it uses (`scopes=`) used another stored
+    scope, which its turn did not read; `scope`, `declared` and `route` name them."""
+
+    def __init__(self, scope: str, declared: Iterable[str], route: str) -> None:
+        self.scope = scope
+        self.declared = tuple(sorted(declared))
+        self.route = route
+        super().__init__(
+            f"scope {scope!r} is not among the scopes route {route} declares "
+            f"(scopes={self.declared!r}); add it there to use it"
+        )
+
+
 class StateClosedError(StateError, RuntimeError):
     """State was used after its turn ended (saved or discarded): the change would be lost."""
 

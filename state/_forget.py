@@ -4,9 +4,10 @@ or forgotten with work proportional to that user's data, never to the store.
 A user's documents are: the user bucket and every record under it (`U/...`: their activity
 records and their index of sessions, `user_session`), and for each indexed session `S` of a
 conversation `C`: `S` and everything under it (history head, pages and message ids, runs,
-AG-UI thread documents), the AG-UI owner record `C/agui-owner` when it names the user, and
-the delivery records `C/activities/...` whose stored activities name the user. Conversation
-buckets (`C`) are shared by every member and are kept.
+AG-UI thread documents) and the AG-UI owner record `C/agui-owner` when it names the user.
+Conversation buckets (`C`) are shared by every member and are kept, but a forget removes
+from them the delivery evidence of the user's activities (entries of their reserved
+`$delivered` member naming the user, see `state/_delivery.py`); an export leaves them out.
 
 A forget first writes the marker `U/forgetting`, then deletes the user's documents pass after
 pass until a pass finds none, and only then the index entries, each at the version it read
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._backup import Progress, document_line, listing
+from ._document import DELIVERED
 from ._errors import StateError
 from ._keys import conversation_key, forgetting_key, session_key, thread_owner_key, user_key
 from ._keys import unescape_segment as _unescape
@@ -66,6 +68,8 @@ class _Finder:
         self.storage, self.channel, self.user, self.namespace = storage, channel, user, namespace
         self.root = user_key(channel, user, namespace=namespace)
         self.report = UserDataReport()
+        self.conversations: list[str] = []
+        """The keys of the conversations the user has sessions in (found by `find`)."""
 
     async def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, counted."""
@@ -90,12 +94,16 @@ class _Finder:
         sessions = [key for key in own if key.rsplit("/", 2)[-2] == "sessions"]
         found: list[str] = []
         buckets = [self.root]  # not listed: read to see whether they exist
+        self.conversations = []
         for entry in sessions:
             conversation = _unescape(entry.rsplit("/", 1)[1])
             session = session_key(self.channel, conversation, self.user, namespace=self.namespace)
             found += await self.keys(session + "/")
             found += await self._conversation_records(conversation)
             buckets.append(session)
+            self.conversations.append(
+                conversation_key(self.channel, conversation, namespace=self.namespace)
+            )
         existing = await self.read(buckets)
         found += [key for key in buckets[1:] if key in existing]
         found += [key for key in own if key != marker and key not in sessions]
@@ -105,15 +113,40 @@ class _Finder:
 
     async def _conversation_records(self, conversation: str) -> list[str]:
         """The records under the shared conversation that name the user: its AG-UI owner
-        record and its delivery records."""
+        records."""
         head = conversation_key(self.channel, conversation, namespace=self.namespace)
         keys = [
             thread_owner_key(head),  # an agent's own owner record lies under it (`/{app}`)
             *await self.keys(thread_owner_key(head) + "/"),
-            *await self.keys(head + "/activities/"),
         ]
         found = await self.read(keys)
         return [key for key in keys if key in found and _names(found[key].value, self.user)]
+
+    async def scrub(self) -> None:
+        """Remove the user's delivery evidence from the conversation buckets `find` found,
+        each written at the version read (read again and retried when a turn wrote it
+        meanwhile)."""
+        pending = self.conversations
+        for _ in range(PASSES):
+            if not pending:
+                return
+            refused: list[str] = []
+            for key, item in (await self.read(pending)).items():
+                delivered = item.value.get(DELIVERED)
+                if not isinstance(delivered, dict):
+                    continue
+                kept = {k: e for k, e in delivered.items() if not _names(e, self.user)}
+                if len(kept) == len(delivered):
+                    continue
+                if kept:
+                    item.value[DELIVERED] = kept
+                else:
+                    del item.value[DELIVERED]
+                try:
+                    await self.storage.write({key: StoreItem(item.value, item.etag)})
+                except ConflictError:
+                    refused.append(key)
+            pending = refused
 
 
 def _names(value: Any, user: str) -> bool:
@@ -145,6 +178,7 @@ async def forget_user(
     for number in range(PASSES):
         if number:
             keys, entries = await finder.find()
+        await finder.scrub()
         if keys:
             await _delete_all(finder, keys, progress)
         elif await _delete_entries(finder, entries, progress):

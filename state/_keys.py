@@ -14,9 +14,6 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | session         | `C/users/{user}`                           | `C`                  |
 |                 | `C/users/{user}/agents/{app_name}`         | `C`                  |
 | app             | `N/app/{app_name}`                         | the key itself       |
-| activity        | `C/activities/{id}`                        | `C`                  |
-|                 | `N/{channel}/users/{user}/activities/{id}` | the key itself       |
-|                 | `N/{channel}/activities/{id}`              | the key itself       |
 | history         | `S/history`                                | `C`                  |
 | history_page    | `S/history/pages/{n}`                      | `C`                  |
 | history_index   | `S/history/ids/{message id}`               | `C`                  |
@@ -28,8 +25,10 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | user_forgetting | `N/{channel}/users/{user}/forgetting`      | the key itself       |
 
 So a turn's conversation, session and every record it writes beside them commit in one
-write group (one Redis slot, one Cosmos DB partition). The per-user index (`user_session`,
-one per conversation the user has a session in) is written in the same all-or-nothing batch
+write group (one Redis slot, one Cosmos DB partition). The evidence of processed activities
+has no key of its own: it travels inside a bucket the turn writes (`state/_delivery.py`).
+The per-user index (`user_session`, one per conversation the user has a session in) is
+written in the same all-or-nothing batch
 as the session bucket, history head or AG-UI document that starts a session
 (`session_index_key`), so `forget_user` finds a user's sessions by listing the user's own
 keys; `user_forgetting` marks a forget under way until it is done (see `state/_forget.py`).
@@ -91,7 +90,7 @@ class ParsedKey:
     kind: str = "state"
     """`"state"` for a scope's bucket, else the record's kind (see the table above)."""
     record: str | None = None
-    """The record's own id: activity id, page number, message id or run id."""
+    """The record's own id: page number, message id, run id or app name."""
 
 
 def namespaced(namespace: str | None, *parts: str) -> str:
@@ -140,38 +139,6 @@ def session_key(
         escape_segment(user, what="user id"),
     )
     return key if agent is None else f"{key}/agents/{escape_segment(agent, what='app name')}"
-
-
-def activity_key(
-    channel: str,
-    activity_id: str,
-    *,
-    conversation: str | None = None,
-    user: str | None = None,
-    namespace: str | None = None,
-) -> str:
-    """Where a processed activity is recorded: under its conversation (so the record shares
-    the conversation's write group), else under its user, else under its channel."""
-    head = activities_prefix(channel, conversation=conversation, user=user, namespace=namespace)
-    return head + escape_segment(activity_id, what="activity id")
-
-
-def activities_prefix(
-    channel: str,
-    *,
-    conversation: str | None = None,
-    user: str | None = None,
-    namespace: str | None = None,
-) -> str:
-    """What `activity_key` puts before the escaped activity id (`.../activities/`): the same
-    for every activity of given ids, so a caller may keep it per ids."""
-    if conversation is not None:
-        head = conversation_key(channel, conversation, namespace=namespace)
-    elif user is not None:
-        head = user_key(channel, user, namespace=namespace)
-    else:
-        head = namespaced(namespace, escape_segment(channel, what="channel id"))
-    return f"{head}/activities/"
 
 
 def list_prefix(channel: str, folder: str, *, namespace: str | None = None) -> str:
@@ -272,17 +239,12 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
             parsed = _parse_record(scope, parts[length:]) if len(parts) > length else scope
             if parsed is not None:
                 return parsed
-    if len(parts) == 3 and parts[1] == "activities":  # a record under its channel alone
-        return ParsedKey("channel", channel=unescape_segment(parts[0]), namespace=namespace,
-                         kind="activity", record=unescape_segment(parts[2]))  # fmt: skip
     raise InvalidKeyError(f"key {key!r:.80} does not follow the agent-state key scheme")
 
 
 _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
-    "conversation": {("activities", True): "activity", ("agui-owner", False): "agui_owner",
-                     ("agui-owner", True): "agui_owner"},
-    "user": {("activities", True): "activity", ("sessions", True): "user_session",
-             ("forgetting", False): "user_forgetting"},
+    "conversation": {("agui-owner", False): "agui_owner", ("agui-owner", True): "agui_owner"},
+    "user": {("sessions", True): "user_session", ("forgetting", False): "user_forgetting"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",
                 ("history", "ids"): "history_index", ("runs", True): "run",
                 ("agui", False): "agui_sent", ("agui-thread", False): "agui_thread"},

@@ -23,7 +23,7 @@ from ._errors import StateConflictError
 from ._events import report
 from ._ids import TurnIds
 from ._keys import session_index_key
-from ._plan import Scopes
+from ._plan import Declaration, Scopes
 from ._queue import TurnQueues
 from ._retention import give_expiry
 from ._turn_state import TurnState
@@ -43,13 +43,10 @@ is how long run n took (at least BASE): contenders spread over as long as a run 
 a turn on a store with slow commits (Blob intents) does not re-run into the same race."""
 
 
-async def read_turn(
-    storage: Storage, ids: TurnIds, scopes: Scopes, extra_keys: tuple[str, ...] = ()
-) -> TurnState:
-    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read, with
-    `extra_keys` (the framework's own documents of the turn, see `TurnState.attach`)."""
+async def read_turn(storage: Storage, ids: TurnIds, scopes: Scopes) -> TurnState:
+    """The `TurnState` of `ids`, every persisted bucket of it read in one batched read."""
     state = TurnState(ids, scopes, read=storage.read)
-    await state.load(extra_keys)
+    await state.load()
     return state
 
 
@@ -64,7 +61,9 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     the scopes (or record kinds), and every document keeps its changes for a retry. A batch
     that starts a session also writes the user's index entry of it (`session_index_key`), so
     no session is ever stored without the entry `forget_user` finds it by; the documents of a
-    session whose scope has a TTL get its one expiry (`give_expiry`).
+    session whose scope has a TTL get its one expiry (`give_expiry`). A batch writing
+    only delivery evidence (no value changed) carries no read checks: the turn's outcome
+    stands as of its read, like a turn without an id that writes nothing.
     """
     documents = list(documents)
     pending: dict[str, tuple[Document, StoreItem]] = {}
@@ -85,6 +84,8 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
         if upgrade is not None:
             pending[key] = (document, upgrade)
             del read[key]
+    if all(document.evidence_only() for document, _ in pending.values()):
+        read.clear()  # delivery evidence alone changes no value: nothing read needs checking
     renewals = await give_expiry(storage, documents, pending, read)
     # the documents' keys were checked when built (the plan, `TurnState.attach`) and their
     # bytes by `Document.pending_write`; renewals rewrite stored documents under listed keys:
@@ -212,10 +213,11 @@ def open_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     retries: int = MERGE_RETRIES,
-    extra_keys: tuple[str, ...] = (),
+    extra_keys: Iterable[str] = (),
 ) -> _OpenTurn:
     """`async with open_turn(...) as state:` loads the turn's buckets in one read, gives its
-    `TurnState`, and saves it when the block ends cleanly.
+    `TurnState`, and saves it when the block ends cleanly. `extra_keys`: framework records
+    read in that same read (`TurnState.attach` them).
 
     `scopes`: a `Scopes` plan, or custom scope classes added to the built-in ones. On a
     conflict the turn's changes are replayed onto the newer versions (`retries` times) when
@@ -225,24 +227,32 @@ def open_turn(
     """
     check_retries(retries)
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
-    return _OpenTurn(storage, ids, plan, retries, extra_keys)
+    return _OpenTurn(storage, ids, plan, retries, None, tuple(extra_keys))
 
 
 class _OpenTurn:
     """The context manager `open_turn` returns (a class, not a generator: every turn pays)."""
 
-    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_extra", "state")
+    __slots__ = ("_storage", "_ids", "_plan", "_retries", "_declared", "_extra", "state")
 
     def __init__(
-        self, storage: Storage, ids: TurnIds, plan: Scopes, retries: int, extra: tuple[str, ...]
+        self,
+        storage: Storage,
+        ids: TurnIds,
+        plan: Scopes,
+        retries: int,
+        declared: Declaration | None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self._storage, self._ids, self._plan = storage, ids, plan
-        self._retries, self._extra = retries, extra
+        self._retries, self._declared, self._extra = retries, declared, extra
         self.state: TurnState | None = None
         """The turn's state once loaded."""
 
     async def __aenter__(self) -> TurnState:
-        state = self.state = TurnState(self._ids, self._plan, read=self._storage.read)
+        state = self.state = TurnState(
+            self._ids, self._plan, read=self._storage.read, declared=self._declared
+        )
         await state.load(self._extra)  # `read_turn`, inline: every turn enters this
         return state
 
@@ -267,8 +277,8 @@ async def run_turn(
     *,
     scopes: Scopes | Iterable[type[AgentState]] = (),
     attempts: int = TURN_ATTEMPTS,
-    extra_keys: tuple[str, ...] = (),
     queues: TurnQueues | None = None,
+    declared: Declaration | None = None,
 ) -> T:
     """Run `body(state, attempt)` in a turn (`open_turn`), and run it again on the newer
     state when its save meets a conflict it cannot merge: at most `attempts` runs in all,
@@ -279,13 +289,14 @@ async def run_turn(
 
     With `queues`, a run after a conflict first takes the queue of each key it conflicted
     on, so this process's turns that keep meeting on one bucket (an app-wide counter) take
-    turns instead of overtaking each other again.
+    turns instead of overtaking each other again. `declared`: the scopes a route declares
+    (its turns read only those, see `TurnState`).
     """
     if type(attempts) is not int or attempts < 1:
         raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
     plan = scopes if isinstance(scopes, Scopes) else Scopes(scopes)
     started = time.monotonic()
-    turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
+    turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, declared)
     try:  # the first run: no retry policy, queue set or second context until a conflict
         async with turn as state:
             return await body(state, 1)
@@ -300,7 +311,7 @@ async def run_turn(
         await policy.after(conflict)
         attempt = policy.number + 1
         report("rerun", ids, attempt=attempt, scopes=conflict.scopes, keys=len(conflict.keys))
-        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, extra_keys)
+        turn = _OpenTurn(storage, ids, plan, MERGE_RETRIES, declared)
         try:
             if queues is None:
                 async with turn as state:

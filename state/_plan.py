@@ -20,15 +20,19 @@ from .backends._items import BuiltKeys
 from .backends._keys import check_key
 
 _BUILTIN = {cls.scope: cls for cls in BUILTIN_SCOPES}
+_EVIDENCE_ORDER = {"session": 0, "user": 1, "conversation": 2, "app": 3}
+"""The user's own documents first (a forget deletes them), the least shared first (the fewer
+activities a document takes, the longer its newest `EVIDENCE_LIMIT` reach back), then shared
+ones (see `Plan.evidence`)."""
 PLAN_CACHE_SIZE = 4096
 """Distinct ids whose keys an application keeps (about 1 KB each)."""
 PATH_CACHE_SIZE = 1024
 """Distinct state paths whose parse an application keeps."""
 TURN_STATE_NAMES = frozenset({
-    "app", "attach", "changed", "close", "closed", "conversation", "delete", "discard",
-    "discarded", "fetch", "forbid_rerun", "get", "has", "history", "ids", "keys", "load",
-    "rerun", "scope", "scope_names", "session", "set", "setdefault", "stored_documents",
-    "temp", "to_dict", "update", "user",
+    "app", "attach", "changed", "close", "closed", "conversation", "delete", "delivered", "discard",
+    "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has", "history", "ids",
+    "keys", "load", "rerun", "scope", "scope_names", "session", "set", "setdefault",
+    "stored_documents", "temp", "to_dict", "update", "user",
 })  # fmt: skip
 """`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
 listed here so the plan needs nothing of the turn (tests/state/test_turn_state.py pins them)."""
@@ -43,6 +47,18 @@ class Plan(NamedTuple):
     """The keys to read, in scope order (each checked once, when the plan is built)."""
     missing: dict[str, MissingIdError]
     """The scopes whose key needs an id these ids lack."""
+    evidence: tuple[str, ...]
+    """The stored scopes in the order a turn's delivery evidence looks for a document to go
+    in (see `state/_delivery.py`): session, user, conversation, app, then custom scopes."""
+
+
+class Declaration(NamedTuple):
+    """The stored scopes a route declares it uses (`scopes=` of `AgentApplication.message` and
+    `.activity`): its turns read only those, and using another raises `UndeclaredScopeError`."""
+
+    scopes: frozenset[str]
+    route: str
+    """How the error names the declaring route (its handler)."""
 
 
 class Located(NamedTuple):
@@ -109,7 +125,9 @@ class Scopes:
                 raise ScopeError(f"scopes {owners[key]!r} and {name!r} have the same key {key!r}")
             owners[key] = name
             scopes[name] = (cls, key)
-        return Plan(scopes, BuiltKeys(owners), missing)
+        stored = [name for name, (_, key) in scopes.items() if key is not None]
+        evidence = sorted(stored, key=lambda name: _EVIDENCE_ORDER.get(name, len(_EVIDENCE_ORDER)))
+        return Plan(scopes, BuiltKeys(owners), missing, tuple(evidence))
 
 
 def scope_key(cls: type[AgentState], ids: TurnIds) -> str:

@@ -14,12 +14,18 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._bucket import AgentState, document_of
-from ._document import Document, R
-from ._errors import MissingIdError, ScopeError, StateClosedError, StatePathError
+from ._document import DELIVERED, Document, R
+from ._errors import (
+    MissingIdError,
+    ScopeError,
+    StateClosedError,
+    StatePathError,
+    UndeclaredScopeError,
+)
 from ._history import History
 from ._ids import TurnIds
 from ._paths import MISSING
-from ._plan import Scopes
+from ._plan import Declaration, Scopes
 from .backends import StoreItem
 from .backends._items import BuiltKeys
 from .backends._keys import check_key, check_keys
@@ -34,7 +40,7 @@ class TurnState:
     """
 
     __slots__ = (
-        "ids", "discarded", "closed", "rerun",
+        "ids", "discarded", "closed", "rerun", "_declared", "_home",
         "_scopes", "_plan", "_buckets", "_documents", "_unstored", "_found", "_read", "_history",
     )  # fmt: skip
 
@@ -44,12 +50,15 @@ class TurnState:
         scopes: Scopes | Iterable[type[AgentState]] = (),
         found: Mapping[str, StoreItem] | None = None,
         read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]] | None = None,
+        declared: Declaration | None = None,
     ) -> None:
         """The buckets of `ids` planned by `scopes` (a `Scopes`, or custom scope classes added
         to the built-in ones), starting from the stored `found` items (`open_turn` reads them
         in one batch; keys not found start empty). `read` (the storage's) serves the
-        documents a turn loads later (`fetch`: its session's history)."""
+        documents a turn loads later (`fetch`: its session's history). `declared`: the only
+        stored scopes the turn reads and may use (a route's `scopes=`); None: every scope."""
         self.ids = ids
+        self._declared = declared
         self.discarded = False
         self.closed = False
         self.rerun = True
@@ -64,16 +73,86 @@ class TurnState:
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
+        self._home = self._choose_home()
 
     async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
-        """Read every planned bucket, and `extra_keys` (framework documents, see `attach`),
-        in one batched read through `read` (`open_turn` does this before the turn)."""
-        keys = self._plan.keys
-        if extra_keys:  # the framework's own (`BuiltKeys`) were checked when built
-            extra = extra_keys if type(extra_keys) is BuiltKeys else check_keys(extra_keys)
-            keys = BuiltKeys(dict.fromkeys((*keys, *extra)))
+        """Read every planned bucket (or the declared ones), and `extra_keys` (framework
+        records, see `attach`), in one batched read through `read` (`open_turn` does this
+        before the turn)."""
+        keys = self._plan.keys if self._declared is None else self._declared_keys()
+        if extra_keys:  # the plan's keys were checked when built; these are checked here
+            keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:
             self._found.update(await self._storage_read()(keys))
+            self._home = self._choose_home()
+
+    def _choose_home(self) -> str | None:
+        """The scope of the evidence's home: the first in `Plan.evidence` order of those the
+        turn may use that was stored when the turn read it, else the user's bucket (it needs
+        no index entry, unlike a new session), else the first of them; when the turn may use
+        no stored scope, the one `_declared_keys` read."""
+        plan, found = self._plan, self._found
+        names = [name for name in plan.evidence if self._allowed(name)]
+        if not names:
+            return _fallback(plan.evidence) if plan.evidence else None
+        for name in names:
+            if plan.scopes[name][1] in found:
+                return name
+        return _fallback(names)
+
+    def _declared_keys(self) -> BuiltKeys:
+        """The keys of the declared stored scopes, or of the evidence's home when none is
+        declared (a turn with an activity id writes its evidence there): the plan's, checked
+        when built."""
+        declared, plan = self._declared, self._plan
+        assert declared is not None
+        keys = tuple(
+            key for name, (_, key) in plan.scopes.items() if name in declared.scopes and key
+        )
+        if not keys and plan.evidence:
+            keys = (plan.scopes[_fallback(plan.evidence)][1] or "",)
+        return BuiltKeys(keys)
+
+    def _allowed(self, name: str) -> bool:
+        """Whether the turn may use scope `name` (every scope unless the route declares)."""
+        declared = self._declared
+        return declared is None or name in declared.scopes
+
+    def delivered(self, name: str) -> list[tuple[str, Any]]:
+        """The delivery evidence entries named `name` in the documents this turn read, with the
+        key of the document holding each (see `state/_delivery.py`)."""
+        found: list[tuple[str, Any]] = []
+        for key, document in self._documents.items():
+            if document.delivered is not None and name in document.delivered:
+                found.append((key, document.delivered[name]))
+        for key, item in self._found.items():
+            delivered = item.value.get(DELIVERED)
+            if isinstance(delivered, dict) and name in delivered:
+                found.append((key, delivered[name]))
+        return found
+
+    def evidence_document(self, *, home: bool = False) -> Document | None:
+        """The document this turn's delivery evidence goes in: the first of its documents in
+        `Plan.evidence` order that its save writes, else (or with `home`) its home (see
+        `_choose_home`); None when the turn has no stored scope."""
+        plan = self._plan
+        if not home:
+            for name in plan.evidence:
+                document = self._documents.get(plan.scopes[name][1] or "")
+                if document is not None and document.changed:
+                    return document
+        scope = self._home
+        if scope is None:
+            return None
+        if self._allowed(scope):
+            return document_of(self.scope(scope))
+        cls, key = plan.scopes[scope]  # an undeclared home: read, never handed out
+        document = self._documents.get(key or "")
+        if document is None:
+            document = self._documents[key or ""] = document_of(
+                cls(key, self._found.pop(key or "", None))
+            )
+        return document
 
     def stored_documents(self) -> list[Document]:
         """The stored documents this turn has used so far (the only ones that can change):
@@ -81,8 +160,8 @@ class TurnState:
         return list(self._documents.values())
 
     def attach(self, cls: type[R], key: str) -> R:
-        """A framework record of this turn (the record of a processed activity): read with
-        the turn (`extra_keys` of `open_turn`), saved with it."""
+        """A framework record of this turn, from what the turn read (`fetch` reads those it
+        has not), saved with it."""
         record = self._documents.get(key)
         if record is None:  # its key is checked once here, so the save need not
             record = self._documents[key] = cls(check_key(key), self._found.pop(key, None))
@@ -146,6 +225,8 @@ class TurnState:
         planned = self._plan.scopes.get(name)
         if planned is not None:
             cls, key = planned
+            if self._declared is not None and key is not None and name not in self._declared.scopes:
+                raise UndeclaredScopeError(name, self._declared.scopes, self._declared.route)
             if key is None:
                 bucket = self._buckets[name] = cls(None, None)
                 self._unstored.append(document_of(bucket))
@@ -224,11 +305,14 @@ class TurnState:
             bucket[name] = value
 
     def keys(self) -> list[str]:
-        """Every member of every scope this turn has ids for, as the key that `[]` takes:
-        `"user:name"`, and a session member plain (`"topic"`) unless that would read as
-        another key (`"session:user.x"`). Reads every bucket whole, as `.data` does."""
+        """Every member of every scope this turn has ids for (and may use), as the key that
+        `[]` takes: `"user:name"`, and a session member plain (`"topic"`) unless that would read
+        as another key (`"session:user.x"`). Reads every bucket whole, as `.data` does."""
         return [
-            self._key_of(scope, name) for scope in self._plan.scopes for name in self.scope(scope)
+            self._key_of(scope, name)
+            for scope in self._plan.scopes
+            if self._allowed(scope) or self._plan.scopes[scope][1] is None
+            for name in self.scope(scope)
         ]
 
     def __iter__(self) -> Iterator[str]:
@@ -291,6 +375,11 @@ class TurnState:
             raise StatePathError(f"a path must be a str, got {type(key).__name__}")
         scope, steps, _ = self._scopes.locate(key)
         return self.scope(scope), steps
+
+
+def _fallback(names: tuple[str, ...] | list[str]) -> str:
+    """The home of evidence when none of `names` (in evidence order) is stored yet."""
+    return "user" if "user" in names else names[0]
 
 
 def _require_key(bucket: AgentState) -> str:

@@ -26,11 +26,9 @@ REDELIVERY = "agent_state.redelivery"
 
 @lru_cache(maxsize=4096)
 def scope_of(key: str) -> str:
-    """The scope of a storage key (`user`, `session`, ...; `delivery` for a processed
-    activity's record), with or without a namespace; `other` for keys of another scheme."""
+    """The scope of a storage key (`user`, `session`, ...), with or without a namespace;
+    `other` for keys of another scheme."""
     parts = key.split("/")
-    if "activities" in parts[-2:-1]:
-        return "delivery"
     for namespace in (None, parts[0]):
         try:
             name = None if namespace is None else unescape_segment(namespace)

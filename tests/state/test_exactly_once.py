@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from agent_state import ActivityConflictError, AgentApplication, TurnContext, TurnState
 from agent_state.backends import MemoryStorage
 
-RECORD = "test/conversations/c1/activities/a-1"
+CONVERSATION = "test/conversations/c1"
+EVIDENCE = "test/c/c1/a-1"
+"""The name of activity a-1's evidence, kept in the conversation bucket its turn writes."""
 
 
 def payment(amount: int = 10, *, activity_id: str | None = "a-1") -> dict[str, Any]:
@@ -33,6 +36,12 @@ def payments_app(storage: MemoryStorage, **options: object) -> AgentApplication:
     return app
 
 
+async def evidence(storage: MemoryStorage) -> dict[str, Any]:
+    """The delivery evidence the conversation bucket carries (none: {})."""
+    found: dict[str, Any] = (await storage.read([CONVERSATION]))[CONVERSATION].value
+    return dict(found.get("$delivered", {}))
+
+
 async def total(storage: MemoryStorage) -> int:
     counted: int = (await storage.read(["test/conversations/c1"]))["test/conversations/c1"].value[
         "total"
@@ -47,7 +56,8 @@ async def test_a_redelivered_activity_is_applied_once_and_gets_the_first_replies
     again = await app.process(payment())
     assert [r.text for r in first] == [r.text for r in again] == ["total 10"]
     assert await total(storage) == 10
-    assert RECORD in {key async for key in storage.list("test/")}
+    assert EVIDENCE in await evidence(storage)
+    assert [key async for key in storage.list("test/")] == [CONVERSATION]  # nothing beside it
 
 
 async def test_concurrent_deliveries_of_one_activity_apply_it_once() -> None:
@@ -80,10 +90,12 @@ async def test_the_record_is_kept_for_the_retention_window_only() -> None:
     storage = MemoryStorage()
     app = payments_app(storage, dedup_retention=0.3)
     await app.process(payment())
-    while RECORD in {key async for key in storage.list("test/")}:
-        await asyncio.sleep(0.05)  # waiting for the clock: the record's TTL
+    written = (await evidence(storage))[EVIDENCE]["at"]
+    while time.time() <= written + 0.3:
+        await asyncio.sleep(0.05)  # waiting for the clock: the retention window
     await app.process(payment())  # past the window it is a new delivery
     assert await total(storage) == 20
+    assert (await evidence(storage))[EVIDENCE]["at"] > written  # the old entry dropped
     with pytest.raises(ValueError):
         payments_app(storage, dedup_retention=0)
 

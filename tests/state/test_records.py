@@ -1,6 +1,6 @@
-"""The framework's records (delivery, history, runs, AG-UI thread documents): one typed format
-check refuses a stored document that is not a record of its kind, before anything uses it,
-and never rewrites it."""
+"""The framework's records (history, runs, AG-UI thread documents) and delivery evidence: one
+typed format check refuses a stored document that is not a record of its kind, before anything
+uses it, and never rewrites it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from agent_state import AgentApplication, Record, TurnContext, TurnState
-from agent_state._delivery import DeliveryRecord
 from agent_state._history import _Entry, _Head, _Page
 from agent_state._runs import RunRecord
 from agent_state.agui._thread_input import Owner, SentState
@@ -19,7 +18,6 @@ from agent_state.backends import FormatError, MemoryStorage, StoreItem
 RUN = {"format": 2, "id": "r", "status": "accepted", "input": "d", "selection": {},
        "children": [], "messages": [], "expires": 0.0, "opened": None}  # fmt: skip
 KINDS: list[tuple[type[Record], dict[str, Any]]] = [
-    (DeliveryRecord, {"digest": "abc", "replies": []}),
     (_Head, {"format": 1, "page_size": 32, "count": 1, "tail": [{}]}),
     (_Page, {"format": 1, "messages": []}),
     (_Entry, {"format": 1, "seq": 0}),
@@ -57,7 +55,9 @@ def test_a_run_record_in_an_unknown_status_is_refused() -> None:
         RunRecord("k", StoreItem({**RUN, "status": "done"}, "1")).stored()
 
 
-async def test_a_stored_delivery_record_that_is_not_one_fails_the_turn_before_the_handler() -> None:
+async def test_stored_delivery_evidence_that_is_not_some_fails_the_turn_before_the_handler() -> (
+    None
+):
     storage = MemoryStorage()
     app = AgentApplication(storage, app_name="bot")
     ran: list[str] = []
@@ -66,8 +66,8 @@ async def test_a_stored_delivery_record_that_is_not_one_fails_the_turn_before_th
     async def handler(ctx: TurnContext, state: TurnState) -> None:
         ran.append(ctx.activity.id or "")
 
-    key = "test/conversations/c1/activities/a-1"
-    planted = {"digest": 5, "replies": "none"}
+    key = "test/conversations/c1"
+    planted = {"topic": "x", "$delivered": {"test/c/c1/a-1": {"digest": 5, "replies": "none"}}}
     await storage.write({key: StoreItem(planted)})
     activity = {"type": "message", "id": "a-1", "channelId": "test", "from": {"id": "u"},
                 "conversation": {"id": "c1"}, "text": "hi"}  # fmt: skip

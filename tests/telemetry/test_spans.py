@@ -88,8 +88,9 @@ async def test_a_redelivered_turn_is_marked(telemetry: Telemetry) -> None:
     turns = [s for s in telemetry.spans.get_finished_spans() if s.name == "agent_state.turn"]
     assert [dict(s.attributes or {})["agent_state.redelivery"] for s in turns] == [False, True]
     assert [dict(s.attributes or {})["agent_state.scopes.written"] for s in turns] == [
-        ("delivery", "user"), ()
-    ]  # fmt: skip
+        ("user",),
+        (),
+    ]  # fmt: skip  (the evidence travels in the user bucket the turn wrote)
 
 
 async def test_a_merged_save_is_marked(telemetry: Telemetry) -> None:
