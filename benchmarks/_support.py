@@ -75,11 +75,6 @@ def message(i: int) -> Activity:
     )
 
 
-DECLARED_SCOPES: dict[str, Any] = {}
-"""LEAD, after merging declared scopes (issue 23): switch this one line to the route option
-that declares the scopes, e.g. `{"scopes": ("user", "conversation")}`. `blob.py` and
-`cosmos.py` register their route with it; until then their turn reads every bucket."""
-
 EVIDENCE = "~applied"
 """The floors' reserved member for delivery evidence: activity id -> [digest, reply texts]."""
 EVIDENCE_KEPT = 16

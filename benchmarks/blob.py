@@ -6,9 +6,8 @@ counter in conversation state and sends a reply.
 
 - agent-state, ids: `AgentApplication` on `open_storage("azure-blob://...")`, each activity
   with a fresh id, as real channels send them: the turn keeps its delivery evidence
-  (exactly once). The route declares its two scopes through `_support.DECLARED_SCOPES`
-  (empty until declared scopes land: then the turn reads every bucket). The "no ids" row
-  sends none (labelled; outside the targets).
+  (exactly once). The route declares its two scopes (`scopes=`), so the turn reads only
+  those. The "no ids" row sends none (labelled; outside the targets).
 - M365 Agents SDK: its `AgentApplication` on its own blob storage
   (`microsoft-agents-storage-blob`), each turn a `TurnContext` on a stub adapter, given the
   same activities. It loads conversation and user state one after the other and writes
@@ -45,7 +44,6 @@ from typing import Any
 
 import orjson
 from _support import (
-    DECLARED_SCOPES,
     ROOT,
     NoConnections,
     RequestCount,
@@ -107,7 +105,7 @@ def activity(i: int, with_id: bool = True) -> dict[str, Any]:
 def ours(storage: Storage, with_ids: bool) -> Turn:
     app = AgentApplication(storage, app_name="bench")
 
-    @app.message(**DECLARED_SCOPES)
+    @app.message(scopes=("user", "conversation"))
     async def on_message(ctx: Any, state: Any) -> None:
         count = state.get("conversation.count", 0) + 1
         state["conversation:count"] = count

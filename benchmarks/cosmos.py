@@ -7,9 +7,8 @@ counter in conversation state and replies.
 
 - agent-state, ids: `AgentApplication` on `open_storage("cosmos://...")`, each activity with
   a fresh id, as real channels send them: the turn keeps its delivery evidence (exactly
-  once). The route declares its two scopes through `_support.DECLARED_SCOPES` (empty until
-  declared scopes land: then the turn reads every bucket). The "no ids" row sends none
-  (labelled; outside the targets).
+  once). The route declares its two scopes (`scopes=`), so the turn reads only those. The
+  "no ids" row sends none (labelled; outside the targets).
 - M365 Agents SDK: its `AgentApplication` on `CosmosDBStorage` (1.9), each turn a
   `TurnContext` on a stub adapter (no HTTP to a channel, typing timer off), given the same
   activities. It reads conversation and user state one after the other and upserts
@@ -47,7 +46,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from _support import (
-    DECLARED_SCOPES,
     NoConnections,
     RequestCount,
     Sampled,
@@ -98,7 +96,7 @@ def ids(i: int) -> tuple[str, str]:
 def ours(storage: Storage, with_ids: bool) -> Turn:
     app = AgentApplication(storage, app_name="bench")
 
-    @app.message(**DECLARED_SCOPES)
+    @app.message(scopes=("user", "conversation"))
     async def on_message(ctx: Any, state: Any) -> None:
         count = state.get("conversation.count", 0) + 1
         state["conversation:count"] = count
