@@ -26,8 +26,8 @@ import orjson
 from ._document import Record, Records, _misfit
 from ._errors import StateError
 from ._keys import history_index_key, history_key, history_page_key
-from .backends import FormatError, InvalidValueError, StoreItem
-from .backends._json import JsonRuleError, encode_json
+from .backends import ANY, FormatError, InvalidValueError, StoreItem
+from .backends._json import JsonRuleError, copy_json
 
 FORMAT: Final = 1
 PAGE_SIZE: Final = 32
@@ -72,7 +72,7 @@ def check_message(message: object) -> dict[str, Any]:
             f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
         )
     try:
-        copy: dict[str, Any] = orjson.loads(encode_json(dict(message)))
+        copy: dict[str, Any] = copy_json(message if type(message) is dict else dict(message))
     except (JsonRuleError, InvalidValueError) as exc:
         raise HistoryError(f"message {ident!r} is not JSON: {exc}") from None
     return copy
@@ -151,16 +151,21 @@ class History:
         holds its messages). A history that is not stored yet is started by a turn
         (`state.history.append`), whose save also indexes the session for `forget_user`.
         """
-        if not isinstance(head, StoreItem) or type(head.etag) is not str or not head.etag:
+        if type(head) is not StoreItem or type(head.etag) is not str or head.etag in ("", ANY):
             raise HistoryError("batch needs the stored history head as read, with its version")
-        _stored_head(history_key(session_key), head)
+        key = history_key(session_key)
+        _stored_head(key, head)
         checked, ids = _checked(messages)
         extended, seqs, pages = _extended(head.value, checked)
-        items = {history_key(session_key): _item(extended, head.etag)}
+        items = {key: StoreItem(extended, head.etag, orjson.dumps(extended))}
         for message_id, seq in zip(ids, seqs, strict=True):
-            items[history_index_key(session_key, message_id)] = _item(_entry(seq), None)
+            entry = _entry(seq)
+            items[history_index_key(session_key, message_id)] = StoreItem(
+                entry, None, orjson.dumps(entry)
+            )
         for number, messages_of_page in pages.items():
-            items[history_page_key(session_key, number)] = _item(_page(messages_of_page), None)
+            page = _page(messages_of_page)
+            items[history_page_key(session_key, number)] = StoreItem(page, None, orjson.dumps(page))
         return items
 
     async def last(self, n: int) -> list[dict[str, Any]]:
@@ -280,17 +285,14 @@ def _stored_head(key: str, head: StoreItem) -> tuple[int, list[Any]]:
     """The message count and tail of the history head at `key` as read; `FormatError` for
     another format."""
     value = head.value
-    reason = _misfit(_Head, value) if isinstance(value, dict) else "is not a JSON object"
-    if reason is None and value["page_size"] != PAGE_SIZE:
-        reason = f"has page size {value['page_size']!r}"
-    if reason is not None:
-        raise FormatError(key, reason)
-    return value["count"], value["tail"]
-
-
-def _item(value: dict[str, Any], etag: str | None) -> StoreItem:
-    """A write of `value` conditional on `etag` (None: create only), with its JSON bytes."""
-    return StoreItem(value, etag, orjson.dumps(value))
+    count, tail = value.get("count"), value.get("tail")
+    if (
+        value.get("format") == FORMAT and value.get("page_size") == PAGE_SIZE
+        and type(count) is int and type(tail) is list
+    ):  # fmt: skip
+        return count, tail
+    reason = _misfit(_Head, value) or f"has page size {value.get('page_size')!r}"
+    raise FormatError(key, reason)
 
 
 def _limit(n: object) -> int:

@@ -56,6 +56,10 @@ _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
 content), so loading a session copies events instead of validating each one again."""
+RACE_RETRIES: Final = 3
+"""How many times an append that read what it rests on writes again after a conflict that
+changed none of it (on stores that commit key by key, racing appends can refuse each other
+with no winner); a change to anything it read raises `StaleSessionError` at once."""
 DOCUMENTS_REMEMBERED: Final = 4096
 """How many documents' last known version and bytes a service keeps (records, buckets,
 history heads), so an append right after a load or an append writes at once, conditional on
@@ -362,7 +366,7 @@ class AgentStateSessionService(BaseSessionService):
         """Append in a turn that reads what it rests on first; the session's new marker, or
         None when the history already holds this very event."""
         try:
-            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
+            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=RACE_RETRIES) as turn:
                 record = turn.scope(_SessionRecord.scope)
                 if not _belongs(record.document(), session.app_name):
                     raise SessionNotFoundError(f"Session {session.id} not found.")
