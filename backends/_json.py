@@ -27,20 +27,37 @@ _SCALARS = (str, bool, type(None))
 def encode_json(value: Any) -> bytes:
     """`orjson.dumps(value)` for a value that is JSON by the rule above; else `JsonRuleError`
     naming the first offending place."""
-    try:
-        data = orjson.dumps(value, option=DUMP_OPTIONS)
-    except TypeError as exc:
-        raise JsonRuleError(_explain(value) or str(exc)) from None
+    data = _dumped(value)
     check_encoded(value, data)
     return data
+
+
+def copy_json(value: Any) -> Any:
+    """A copy of `value` decoded from its JSON, if it is JSON by the rule above (the check's
+    own decode is the copy); else `JsonRuleError`."""
+    return _decoded(value, _dumped(value))
 
 
 def check_encoded(value: Any, data: bytes) -> None:
     """Raise `JsonRuleError` unless `data` (orjson's bytes of `value`) decodes back to an equal
     value of the exact built-in types: a NaN, tuple, UUID or Enum (an IntEnum compares equal
     to its int) would have gone out as something else."""
-    if orjson.loads(data) != value or not _builtin_types_only(value):
+    _decoded(value, data)
+
+
+def _dumped(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=DUMP_OPTIONS)
+    except TypeError as exc:
+        raise JsonRuleError(_explain(value) or str(exc)) from None
+
+
+def _decoded(value: Any, data: bytes) -> Any:
+    """`data` decoded, if it is the JSON of `value` by the rule (see `check_encoded`)."""
+    decoded = orjson.loads(data)
+    if decoded != value or not _builtin_types_only(value):
         raise JsonRuleError(_explain(value) or "it does not survive a JSON round trip")
+    return decoded
 
 
 def _builtin_types_only(value: Any) -> bool:

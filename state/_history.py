@@ -18,16 +18,16 @@ the pages they need in one read. A stored document of another format is refused 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import orjson
 
-from ._document import Record, Records
+from ._document import Record, Records, _misfit
 from ._errors import StateError
 from ._keys import history_index_key, history_key, history_page_key
-from .backends import FormatError, InvalidValueError
-from .backends._json import JsonRuleError, encode_json
+from .backends import ANY, FormatError, InvalidValueError, StoreItem
+from .backends._json import JsonRuleError, copy_json
 
 FORMAT: Final = 1
 PAGE_SIZE: Final = 32
@@ -72,7 +72,7 @@ def check_message(message: object) -> dict[str, Any]:
             f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
         )
     try:
-        copy: dict[str, Any] = orjson.loads(encode_json(dict(message)))
+        copy: dict[str, Any] = copy_json(message if type(message) is dict else dict(message))
     except (JsonRuleError, InvalidValueError) as exc:
         raise HistoryError(f"message {ident!r} is not JSON: {exc}") from None
     return copy
@@ -95,10 +95,7 @@ class History:
     async def append(self, *messages: Mapping[str, Any]) -> None:
         """Append messages (each a JSON object with a unique `id` and a known `role`),
         checked before anything changes; saved when the turn is."""
-        checked = [check_message(message) for message in messages]
-        ids = [message["id"] for message in checked]
-        if len(set(ids)) != len(ids):
-            raise HistoryError(f"messages to append repeat an id: {ids}")
+        checked, ids = _checked(messages)
         wanted: dict[str, type[Record]] = {self._entry_key(i): _Entry for i in ids}
         if self._head is None:
             wanted[self._key] = _Head  # one read for the head and the new ids' entries
@@ -107,18 +104,69 @@ class History:
         taken = [i for i, entry in zip(ids, entries, strict=True) if entry.stored() is not None]
         if taken:
             raise HistoryError(f"the history already holds message id(s) {taken}")
-        count, tail = int(head.get("count", 0)), list(head.get("tail", []))
-        for entry, message in zip(entries, checked, strict=True):
-            entry.value.update(format=FORMAT, seq=count)
-            tail.append(message)
-            count += 1
-            if len(tail) == PAGE_SIZE:
-                page = self._state.attach(_Page, self._page_key(count // PAGE_SIZE - 1))
-                page.value.update(format=FORMAT, messages=tail)
-                tail = []
-        head["format"], head["page_size"], head["count"], head["tail"] = (
-            FORMAT, PAGE_SIZE, count, tail,
-        )  # fmt: skip
+        extended, seqs, pages = _extended(head, checked)
+        for entry, seq in zip(entries, seqs, strict=True):
+            entry.value.update(_entry(seq))
+        for number, messages_of_page in pages.items():
+            page = self._state.attach(_Page, self._page_key(number))
+            page.value.update(_page(messages_of_page))
+        head.update(extended)
+
+    @staticmethod
+    def head_key(session_key: str) -> str:
+        """The key of the history head of the session whose bucket key is `session_key`."""
+        return history_key(session_key)
+
+    @staticmethod
+    def recent(
+        session_key: str, head: StoreItem | None, n: int | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The last `n` messages (None: all), oldest first, of the history of the session whose
+        bucket key is `session_key`, from its head as read (None: no history), when they are
+        all in the head's tail; None when some are on pages (a turn's `history` reads them).
+        The messages are `head.value`'s own, not copies. `FormatError` for a head of another
+        format."""
+        if head is None:
+            return []
+        count, tail = _stored_head(history_key(session_key), head)
+        wanted = count if n is None else min(count, _limit(n))
+        if wanted > len(tail):
+            return None
+        return tail[len(tail) - wanted :] if wanted else []
+
+    @staticmethod
+    def batch(
+        session_key: str, head: StoreItem, messages: Sequence[Mapping[str, Any]]
+    ) -> dict[str, StoreItem]:
+        """The writes that append `messages` to the stored history of the session whose
+        bucket key is `session_key`, for a writer outside a turn (a bridge), given its head as
+        read (`head.etag` its version): the new head conditional on that version, an index
+        entry per message and the page the tail fills create-only, each with its JSON bytes.
+
+        Written in one `storage.write` (with the writer's other documents), the append lands
+        whole or not at all: a `ConflictError` on the head means another append came first, on
+        an index entry that the history already holds that id. Messages are checked as
+        `append` checks them (`HistoryError`), a head of another format raises `FormatError`,
+        both before anything is built. `head.value` is left as it is (the new head's tail
+        holds its messages). A history that is not stored yet is started by a turn
+        (`state.history.append`), whose save also indexes the session for `forget_user`.
+        """
+        if type(head) is not StoreItem or type(head.etag) is not str or head.etag in ("", ANY):
+            raise HistoryError("batch needs the stored history head as read, with its version")
+        key = history_key(session_key)
+        _stored_head(key, head)
+        checked, ids = _checked(messages)
+        extended, seqs, pages = _extended(head.value, checked)
+        items = {key: StoreItem(extended, head.etag, orjson.dumps(extended))}
+        for message_id, seq in zip(ids, seqs, strict=True):
+            entry = _entry(seq)
+            items[history_index_key(session_key, message_id)] = StoreItem(
+                entry, None, orjson.dumps(entry)
+            )
+        for number, messages_of_page in pages.items():
+            page = _page(messages_of_page)
+            items[history_page_key(session_key, number)] = StoreItem(page, None, orjson.dumps(page))
+        return items
 
     async def last(self, n: int) -> list[dict[str, Any]]:
         """The last `n` messages, oldest first."""
@@ -199,6 +247,58 @@ class History:
 
     def _entry_key(self, message_id: str) -> str:
         return history_index_key(self._session, message_id)
+
+
+def _checked(messages: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Copies of `messages` checked by `check_message`, and their ids, which must not repeat."""
+    checked = [check_message(message) for message in messages]
+    ids = [message["id"] for message in checked]
+    if len(set(ids)) != len(ids):
+        raise HistoryError(f"messages to append repeat an id: {ids}")
+    return checked, ids
+
+
+def _extended(
+    head: Mapping[str, Any], messages: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[int], dict[int, list[Any]]]:
+    """The one layout of an append: the head after `messages` join the history whose head is
+    `head` (left as it is), each message's position, and the pages they fill (number ->
+    messages)."""
+    count, tail = int(head.get("count", 0)), list(head.get("tail", []))
+    seqs, pages = [], {}
+    for message in messages:
+        seqs.append(count)
+        tail.append(message)
+        count += 1
+        if len(tail) == PAGE_SIZE:
+            pages[count // PAGE_SIZE - 1], tail = tail, []
+    extended = dict(head)
+    extended.update(format=FORMAT, page_size=PAGE_SIZE, count=count, tail=tail)
+    return extended, seqs, pages
+
+
+def _entry(seq: int) -> dict[str, Any]:
+    """The index entry of the message at position `seq`."""
+    return {"format": FORMAT, "seq": seq}
+
+
+def _page(messages: list[Any]) -> dict[str, Any]:
+    """A full page of `messages`."""
+    return {"format": FORMAT, "messages": messages}
+
+
+def _stored_head(key: str, head: StoreItem) -> tuple[int, list[Any]]:
+    """The message count and tail of the history head at `key` as read; `FormatError` for
+    another format."""
+    value = head.value
+    count, tail = value.get("count"), value.get("tail")
+    if (
+        value.get("format") == FORMAT and value.get("page_size") == PAGE_SIZE
+        and type(count) is int and type(tail) is list
+    ):  # fmt: skip
+        return count, tail
+    reason = _misfit(_Head, value) or f"has page size {value.get('page_size')!r}"
+    raise FormatError(key, reason)
 
 
 def _limit(n: object) -> int:

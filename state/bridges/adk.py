@@ -26,6 +26,7 @@ from pydantic_core import to_jsonable_python
 from .. import (
     AgentState,
     AppState,
+    History,
     HistoryError,
     Scopes,
     SessionState,
@@ -40,7 +41,7 @@ from .. import (
     session_key,
     user_key,
 )
-from ..backends import ConflictError, Storage, StoreItem
+from ..backends import ConflictError, FormatError, Storage, StoreItem
 
 __all__ = ["AgentStateSessionService"]
 
@@ -55,10 +56,10 @@ _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
 content), so loading a session copies events instead of validating each one again."""
-HISTORY_FORMAT: Final = 1
-PAGE_SIZE: Final = 32
-"""The stored history layout docs/history.md gives (`S/history`, `S/history/pages/<k>`,
-`S/history/ids/<id>`), which an append written at once follows."""
+RACE_RETRIES: Final = 3
+"""How many times an append that read what it rests on writes again after a conflict that
+changed none of it (on stores that commit key by key, racing appends can refuse each other
+with no winner); a change to anything it read raises `StaleSessionError` at once."""
 DOCUMENTS_REMEMBERED: Final = 4096
 """How many documents' last known version and bytes a service keeps (records, buckets,
 history heads), so an append right after a load or an append writes at once, conditional on
@@ -98,7 +99,7 @@ class _Keys(NamedTuple):
         record, session = scopes[_SessionRecord.scope][1], scopes["session"][1]
         app, user = scopes["app"][1], scopes["user"][1]
         assert record and session and app and user  # every id is given (`_ids`)
-        return cls(record, session, app, user, _history_key(session))
+        return cls(record, session, app, user, History.head_key(session))
 
 
 class AgentStateSessionService(BaseSessionService):
@@ -165,6 +166,7 @@ class AgentStateSessionService(BaseSessionService):
                         "created": uuid.uuid4().hex, "revision": 0, "last_update_time": time.time(),
                     }  # fmt: skip
                     _apply(turn, deltas)
+                    await turn.history.append()  # started here, indexed for forget_user
                     return self._session(turn, record.document(), [])
             except StateConflictError:
                 if attempt == _CREATE_ATTEMPTS - 1:
@@ -187,10 +189,11 @@ class AgentStateSessionService(BaseSessionService):
         if not _belongs(record, app_name):
             return None
         head = found.get(keys.head)
-        messages = _recent(head, config)
+        recent = None if config is None else config.num_recent_events
+        messages = History.recent(keys.session, head, recent)
         if head is not None and messages is not None and head.data is not None:
             self._heads[keys.head] = (head.data, head.value)
-        if messages is None:  # some are on pages (or the head is not one we know): ask it
+        if messages is None:  # some are on pages: the turn's history reads them
             turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
             try:
                 messages = await _messages(turn, config)
@@ -302,20 +305,22 @@ class AgentStateSessionService(BaseSessionService):
         write rests on is written or checked at its known version, so a stale one only
         conflicts."""
         record_known, head_known = self._known.get(keys.record), self._known.get(keys.head)
-        if record_known is None or record_known[0] is None or head_known is None:
+        if record_known is None or record_known[0] is None:
+            return None
+        if head_known is None or head_known[0] is None:  # a turn starts the history
             return None
         record = orjson.loads(record_known[1])
         if not _belongs(record, session.app_name) or not _is_fresh(session, record):
             return None
         decoded = self._heads.get(keys.head)
-        head = dict(decoded[1]) if decoded and decoded[0] is head_known[1] else None
+        head = decoded[1] if decoded and decoded[0] is head_known[1] else None
         head = head if head is not None else orjson.loads(head_known[1])
-        count, tail = head.get("count", 0), head.get("tail", [])
-        if head and (
-            head.get("format") != HISTORY_FORMAT or head.get("page_size") != PAGE_SIZE
-            or type(count) is not int or type(tail) is not list
-        ):  # fmt: skip
-            return None  # not a head this service wrote: the reading path reports it
+        try:
+            history = History.batch(
+                keys.session, StoreItem(head, head_known[0], head_known[1]), [message]
+            )
+        except FormatError:
+            return None  # not a head of this version: the reading path reports it
         changes: dict[str, StoreItem] = {}
         unchanged: dict[str, str | None] = {}
         for scope, key in (("session", keys.session), ("app", keys.app), ("user", keys.user)):
@@ -337,18 +342,8 @@ class AgentStateSessionService(BaseSessionService):
         record["revision"] = int(record.get("revision", 0)) + 1
         record["last_update_time"] = event.timestamp
         changes[keys.record] = _item(record, record_known[0])
-        entry = {"format": HISTORY_FORMAT, "seq": count}
-        changes[_index_key(keys.session, message["id"])] = _item(entry, None)
-        tail = [*tail, message]
-        count += 1
-        if len(tail) == PAGE_SIZE:
-            page = {"format": HISTORY_FORMAT, "messages": tail}
-            changes[_page_key(keys.session, count // PAGE_SIZE - 1)] = _item(page, None)
-            tail = []
-        head["format"], head["page_size"], head["count"], head["tail"] = (
-            HISTORY_FORMAT, PAGE_SIZE, count, tail,
-        )  # fmt: skip
-        changes[keys.head] = written = _item(head, head_known[0])
+        changes.update(history)
+        written = history[keys.head]
         try:
             etags = await self.storage.write(changes, unchanged=unchanged or None)
         except ConflictError:
@@ -357,7 +352,7 @@ class AgentStateSessionService(BaseSessionService):
             if key in etags:
                 self._learn(key, etags[key], changes[key].data or b"{}")
         assert written.data is not None
-        self._heads[keys.head] = (written.data, head)
+        self._heads[keys.head] = (written.data, written.value)
         return _marker(record)
 
     async def _append_read(
@@ -371,7 +366,7 @@ class AgentStateSessionService(BaseSessionService):
         """Append in a turn that reads what it rests on first; the session's new marker, or
         None when the history already holds this very event."""
         try:
-            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=0) as turn:
+            async with open_turn(self.storage, ids, scopes=_SCOPES, retries=RACE_RETRIES) as turn:
                 record = turn.scope(_SessionRecord.scope)
                 if not _belongs(record.document(), session.app_name):
                     raise SessionNotFoundError(f"Session {session.id} not found.")
@@ -601,44 +596,6 @@ def _role(event: Event) -> str:
 def _text(stored: dict[str, Any]) -> str:
     parts = (stored.get("content") or {}).get("parts") or []
     return "".join(part["text"] for part in parts if isinstance(part.get("text"), str))
-
-
-def _history_key(session: str) -> str:
-    """The history head of the session at key `session` (docs/history.md)."""
-    return f"{session}/history"
-
-
-def _page_key(session: str, number: int) -> str:
-    """A full page of that history."""
-    return f"{session}/history/pages/{number}"
-
-
-def _index_key(session: str, message_id: str) -> str:
-    """Where a message of that history sits."""
-    return f"{session}/history/ids/{escape_segment(message_id, what='message id')}"
-
-
-def _recent(head: StoreItem | None, config: GetSessionConfig | None) -> list[Any] | None:
-    """The history messages `config` asks for, when all are in the tail of the history head
-    as read (the last messages); None when some are on pages or the head is not a history
-    head of our format, for `_messages` to read (or refuse)."""
-    if head is None:
-        return []
-    count, tail = head.value.get("count"), head.value.get("tail")
-    if (
-        head.value.get("format") != HISTORY_FORMAT or head.value.get("page_size") != PAGE_SIZE
-        or type(count) is not int or type(tail) is not list
-    ):  # fmt: skip
-        return None
-    wanted = count
-    if config is not None and config.num_recent_events is not None:
-        recent = config.num_recent_events
-        if type(recent) is not int or recent < 0:
-            return None
-        wanted = min(count, recent)
-    if wanted > len(tail):
-        return None
-    return tail[len(tail) - wanted :] if wanted else []
 
 
 async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService, Sess
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
-from agent_state import AgentApplication, TurnContext, TurnIds, TurnState, open_turn
+from agent_state import AgentApplication, TurnContext, TurnIds, TurnState, forget_user, open_turn
 from agent_state.backends import Storage
 from agent_state.bridges.adk import AgentStateSessionService
 
@@ -269,11 +269,12 @@ async def test_a_history_longer_than_a_page_reads_back_whole(storage: Storage) -
     assert tail is not None and tail.events == events[67:]
 
 
-def test_an_append_written_at_once_follows_the_librarys_history_layout() -> None:
-    from agent_state import _history, _keys
-    from agent_state.bridges import adk
-
-    assert (adk.HISTORY_FORMAT, adk.PAGE_SIZE) == (_history.FORMAT, _history.PAGE_SIZE)
-    assert adk._history_key("a/s") == _keys.history_key("a/s")
-    assert adk._page_key("a/s", 3) == _keys.history_page_key("a/s", 3)
-    assert adk._index_key("a/s", "e/1~x") == _keys.history_index_key("a/s", "e/1~x")
+async def test_forget_user_finds_a_session_with_no_state_of_its_own(storage: Storage) -> None:
+    service = AgentStateSessionService(storage)
+    await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    session = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert session is not None
+    await service.append_event(session, event(text="hello"))  # an append written at once
+    await forget_user(storage, "adk", USER, namespace=APP)
+    assert [k async for k in storage.list(f"{APP}/adk/conversations/s")] == []
+    assert await service.get_session(app_name=APP, user_id=USER, session_id="s") is None
