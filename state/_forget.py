@@ -70,6 +70,8 @@ class _Finder:
         self.report = UserDataReport()
         self.conversations: list[str] = []
         """The keys of the conversations the user has sessions in (found by `find`)."""
+        self.interrupted = False
+        """Whether `find` listed the marker of a forget that did not finish."""
 
     async def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, counted."""
@@ -91,6 +93,7 @@ class _Finder:
         and the index entries."""
         own = await self.keys(self.root + "/")
         marker = forgetting_key(self.root)
+        self.interrupted = marker in own
         sessions = [key for key in own if key.rsplit("/", 2)[-2] == "sessions"]
         found: list[str] = []
         buckets = [self.root]  # not listed: read to see whether they exist
@@ -171,8 +174,7 @@ async def forget_user(
     finder = _Finder(storage, channel_id, user_id, namespace)
     marker = forgetting_key(finder.root)
     keys, entries = await finder.find()
-    interrupted = marker in await finder.read([marker])
-    if not keys and not entries and not interrupted:
+    if not keys and not entries and not finder.interrupted:
         raise UnknownUserError(channel_id, user_id)
     await storage.write({marker: StoreItem({"started": time.time()}, "*")})
     for number in range(PASSES):
@@ -228,10 +230,9 @@ async def export_user(
     `UnknownUserError` when nothing is, or when a forget of the user was under way (it is
     finished first). `report` is given what finding the documents cost."""
     finder = _Finder(storage, channel_id, user_id, namespace)
-    marker = forgetting_key(finder.root)
     documents, entries = await finder.find()
     keys = documents + entries
-    if marker in await finder.read([marker]):
+    if finder.interrupted:
         await forget_user(storage, channel_id, user_id, namespace=namespace)
         keys = []
     if not keys:
