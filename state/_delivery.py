@@ -202,18 +202,29 @@ def _adding(name: str, entry: dict[str, Any], retention: float) -> Merge:
 
     def merge(delivered: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
-        kept = {
-            other: found
-            for other, found in delivered.items()
-            if other != name and _live(_check(other, found), now, retention)
-        }
-        if len(kept) >= EVIDENCE_LIMIT:
-            newest = sorted(kept.items(), key=lambda item: float(item[1]["at"]))
-            kept = dict(newest[len(kept) - EVIDENCE_LIMIT + 1 :])
-        kept[name] = entry
-        return kept
+        delivered.pop(name, None)
+        for other in list(delivered):  # written oldest first: the first live one ends it
+            if _kept(other, delivered[other], now, retention):
+                break
+            del delivered[other]
+        while len(delivered) >= EVIDENCE_LIMIT:  # one over, as a rule: drop the oldest
+            try:
+                del delivered[min(delivered, key=lambda other: delivered[other]["at"])]
+            except (TypeError, KeyError):
+                raise FormatError(name, f"holds {DELIVERED} evidence without times") from None
+        delivered[name] = entry
+        return delivered
 
     return merge
+
+
+def _kept(key: str, entry: Any, now: float, retention: float) -> bool:
+    """`_live` for an entry a write carries on, checking what it looks at (every entry is
+    checked in full when a delivery looks it up by name)."""
+    try:
+        return _live(entry, now, retention)
+    except (TypeError, KeyError):
+        raise FormatError(key, f"holds {DELIVERED} evidence that is not a delivery entry") from None
 
 
 def _live(entry: dict[str, Any], now: float, retention: float) -> bool:
