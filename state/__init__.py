@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ._bucket import AgentState
     from ._context import TurnContext
     from ._delivery import ActivityClaimedError, ActivityConflictError
-    from ._document import Record
+    from ._document import DELIVERED, Record
     from ._errors import (
         MissingIdError,
         ScopeError,
@@ -100,6 +100,7 @@ _HOMES = {
     "ChannelAccount": "._activity",
     "ConversationAccount": "._activity",
     "ConversationState": "._scopes",
+    "DELIVERED": "._document",
     "History": "._history",
     "HistoryError": "._history",
     "IncompleteExportError": "._backup",
@@ -167,6 +168,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "DELIVERED",
     "Activity",
     "ActivityClaimedError",
     "ActivityConflictError",

@@ -19,7 +19,8 @@ PUBLIC_MODULES = {
     "agent_state": [
         "Activity", "ActivityClaimedError", "ActivityConflictError", "ActivityError",
         "AgentApplication", "AgentState", "AppState", "ChannelAccount", "ConversationAccount",
-        "ConversationState", "History", "HistoryError", "MissingIdError", "ParsedKey", "Run",
+        "ConversationState", "DELIVERED",
+        "History", "HistoryError", "MissingIdError", "ParsedKey", "Run",
         "Record", "RunConflictError", "RunStateError", "ScopeError", "Scopes", "Selection",
         "SessionState", "StateClosedError", "StateConflictError", "StateError", "StatePathError",
         "StateValidationError", "StateValueError", "TempState", "TurnContext", "TurnIds",

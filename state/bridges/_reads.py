@@ -1,13 +1,23 @@
-"""The versions a turn read, so its writes are conditional on them: kept per asyncio task
-(a turn's concurrent saves run in child tasks and see their parent's), or per turn where
-`TurnQueueMiddleware` starts one. A key read as missing (or deleted) maps to None."""
+"""What a turn read, so its writes are conditional on it: kept per asyncio task (a turn's
+concurrent saves run in child tasks and see their parent's), or per turn where
+`TurnQueueMiddleware` starts one."""
 
 from __future__ import annotations
 
 import asyncio
 from contextvars import ContextVar, Token
+from typing import Any, NamedTuple
 
-Versions = dict[str, "str | None"]
+
+class Read(NamedTuple):
+    """A key as the turn read it: its version (None: missing, or deleted since) and the
+    delivery evidence its document carried (None: none), which a write of the key keeps."""
+
+    etag: str | None
+    evidence: Any = None
+
+
+Versions = dict[str, Read]
 
 _HELD: ContextVar[tuple[object, Versions] | None] = ContextVar(
     "agent_state_m365_reads", default=None
@@ -15,8 +25,8 @@ _HELD: ContextVar[tuple[object, Versions] | None] = ContextVar(
 
 
 def current(*, start: bool) -> Versions | None:
-    """The versions this turn read; with `start`, a fresh map when this task has none of its
-    own (so sibling turns never share one); without, the inherited one or None."""
+    """What this turn read; with `start`, a fresh map when this task has none of its own (so
+    sibling turns never share one); without, the inherited one or None."""
     held = _HELD.get()
     owner = asyncio.current_task()
     if held is not None and (held[0] is owner or not start):

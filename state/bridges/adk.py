@@ -24,6 +24,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig, ListSessi
 from pydantic_core import to_jsonable_python
 
 from .. import (
+    DELIVERED,
     AgentState,
     AppState,
     History,
@@ -494,8 +495,14 @@ def _belongs(record: dict[str, Any], app_name: str) -> bool:
 
 
 def _value(items: dict[str, Any], key: str) -> dict[str, Any]:
+    """The state a stored document holds: without a bot's delivery evidence (`DELIVERED`),
+    which writes here keep (they update the stored value, or go through a turn)."""
     item = items.get(key)
-    return dict(item.value) if item is not None else {}
+    if item is None:
+        return {}
+    value = dict(item.value)
+    value.pop(DELIVERED, None)
+    return value
 
 
 def _merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
@@ -506,7 +513,8 @@ def _merged(session: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) 
 
 
 def _split(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """ADK's rule: `app:` and `user:` keys to their buckets, `temp:` dropped, the rest session."""
+    """ADK's rule: `app:` and `user:` keys to their buckets, `temp:` dropped, the rest session;
+    `ValueError` for a key stored as `DELIVERED`, reserved for a bot's delivery evidence."""
     deltas: dict[str, dict[str, Any]] = {"app": {}, "user": {}, "session": {}}
     for key, value in state.items():
         if key.startswith(APP):
@@ -515,6 +523,12 @@ def _split(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
             deltas["user"][key[len(USER) :]] = value
         elif not key.startswith(TEMP):
             deltas["session"][key] = value
+    for changes in deltas.values():
+        if DELIVERED in changes:
+            raise ValueError(
+                f"state key {DELIVERED!r} (also after app: or user:) is reserved for the "
+                "delivery evidence of agent-state bots"
+            )
     return deltas
 
 

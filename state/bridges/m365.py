@@ -15,6 +15,7 @@ from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 from microsoft_agents.hosting.core.storage import Storage as M365Storage
 from microsoft_agents.hosting.core.storage import StoreItem as M365StoreItem
 
+from .. import DELIVERED
 from ..backends import ANY, ConflictError, Storage, StoreItem
 from . import _reads
 from ._keymap import to_storage_key
@@ -36,7 +37,9 @@ class AgentStateStorage(M365Storage):
     """An M365 `Storage` over any of our stores: reads give fresh items, an item read is
     written conditionally on the version read, one read as missing (or deleted) is written
     create-only, anything else unconditionally; a failed precondition raises our
-    `ConflictError` naming the M365 keys, with nothing of the batch written."""
+    `ConflictError` naming the M365 keys, with nothing of the batch written. The delivery
+    evidence an agent-state bot keeps in a document (`DELIVERED`) is never read as a property;
+    a write of an item read keeps it."""
 
     def __init__(self, storage: Storage, *, namespace: str | None = None) -> None:
         if not isinstance(storage, Storage):
@@ -60,14 +63,17 @@ class AgentStateStorage(M365Storage):
         result: dict[str, ItemT] = {}
         for key, m365_key in ours.items():
             item = found.get(key)
-            versions[key] = None if item is None else item.etag
-            if item is not None:
+            if item is None:
+                versions[key] = _reads.Read(None)
+            else:
+                versions[key] = _reads.Read(item.etag, item.value.pop(DELIVERED, None))
                 value = from_document(key, item.value)
                 result[m365_key] = target_cls.from_json_to_store_item(value)  # type: ignore[assignment]
         return result
 
     async def write(self, changes: dict[str, M365StoreItem]) -> None:
-        """Write the batch all-or-nothing, each item conditionally (see the class)."""
+        """Write the batch all-or-nothing, each item conditionally (see the class) and with the
+        evidence its key was read with; `ValueError` for an object using `DELIVERED`."""
         if not changes or not isinstance(changes, Mapping):
             raise ValueError("AgentStateStorage.write() needs a non-empty dict of changes")
         versions = _reads.current(start=False)
@@ -77,8 +83,16 @@ class AgentStateStorage(M365Storage):
             key = self.storage_key(m365_key)
             if not isinstance(item, M365StoreItem):
                 raise TypeError(f"change for {m365_key!r:.80} is not a StoreItem")
-            expected = versions[key] if versions is not None and key in versions else ANY
-            batch[key] = StoreItem(to_document(item.store_item_to_json()), expected)
+            document = to_document(item.store_item_to_json())
+            if DELIVERED in document:
+                raise ValueError(
+                    f"change for {m365_key!r:.80} has the property {DELIVERED!r}, reserved for "
+                    "the delivery evidence of agent-state bots"
+                )
+            read = versions.get(key) if versions is not None else None
+            if read is not None and read.evidence is not None:
+                document = {**document, DELIVERED: read.evidence}
+            batch[key] = StoreItem(document, ANY if read is None else read.etag)
             names[key] = m365_key
         try:
             etags = await self.storage.write(batch)
@@ -86,7 +100,8 @@ class AgentStateStorage(M365Storage):
             failed = [names[key] for key in exc.keys if key in names]
             raise ConflictError(failed, message="changed since this turn read it") from exc
         if versions is not None:
-            versions.update(etags)
+            for key, etag in etags.items():
+                versions[key] = _reads.Read(etag, batch[key].value.get(DELIVERED))
 
     async def delete(self, keys: Iterable[str]) -> None:
         """Delete keys (any iterable; missing ones are ignored); a later write of one of them
@@ -95,7 +110,7 @@ class AgentStateStorage(M365Storage):
         await self.storage.delete(list(ours))
         versions = _reads.current(start=True)
         assert versions is not None
-        versions.update(dict.fromkeys(ours))
+        versions.update(dict.fromkeys(ours, _reads.Read(None)))
 
     def _keys(self, keys: Iterable[str] | None, what: str) -> dict[str, str]:
         """Our key -> the M365 key, for a non-empty iterable of non-empty str keys."""
