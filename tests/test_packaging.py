@@ -63,8 +63,8 @@ PUBLIC_MODULES = {
         "AGUIClient", "AGUIEndpoint", "AgentRun", "MalformedEventError", "MalformedPatchError",
         "RequestLimits", "RunHaltedError", "RunInputError", "RunInputTimeoutError",
         "RunInputTooLargeError", "RunLogGoneError", "RunLogLimits", "RunRefusedError",
-        "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadNotFoundError", "ThreadOwnerError",
-        "aiter_sse_events", "iter_sse_events",
+        "SSEDecoder", "SkippedDelta", "StateMirror", "ThreadDeletingError", "ThreadNotFoundError",
+        "ThreadOwnerError", "aiter_sse_events", "iter_sse_events",
     ],
 }  # fmt: skip
 

@@ -12,6 +12,7 @@ from ._server_errors import (
     RunInputError,
     RunInputTimeoutError,
     RunInputTooLargeError,
+    ThreadDeletingError,
     ThreadNotFoundError,
     ThreadOwnerError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "SSEDecoder",
     "SkippedDelta",
     "StateMirror",
+    "ThreadDeletingError",
     "ThreadNotFoundError",
     "ThreadOwnerError",
     "aiter_sse_events",

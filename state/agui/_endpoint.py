@@ -8,12 +8,13 @@ which the POST's stream follows (each SSE frame with its `id`) and a reconnect f
 Everything that can refuse a run is checked before the stream starts, in the turn that
 records the run as accepted, so a refusal is an HTTP status with nothing written: 401 (no
 user), 408 (the body took too long), 413 (`RequestLimits` exceeded), 422 (`RunInputError`,
-strict JSON included), 403 (`ThreadOwnerError`), 409 (the run id with another input), 503
-(the store is unreachable). The run itself is one turn of the thread's session
-(`execute_run`): its state, history appends and completion commit together after the
-agent returns, then MESSAGES_SNAPSHOT and RUN_FINISHED follow; a failure is RUN_ERROR,
-preceded by a STATE_SNAPSHOT of the stored state once the run had sent state. The same run
-id with the same input replays the recorded run.
+strict JSON included), 403 (`ThreadOwnerError`), 409 (the run id with another input, or
+`ThreadDeletingError`: the thread's delete has begun), 503 (the store is unreachable). The
+run itself is one turn of the thread's session (`execute_run`): its state, history appends
+and completion commit together after the agent returns, then MESSAGES_SNAPSHOT and
+RUN_FINISHED follow; a failure is RUN_ERROR, preceded by a STATE_SNAPSHOT of the stored
+state once the run had sent state. The same run id with the same input replays the
+recorded run.
 
 Runs of one thread are coordinated like bot turns: in one process they take turns (a
 second run waits for the first to commit, then runs on the state and history it left);
@@ -70,7 +71,12 @@ from ._agent_run import AgentRun
 from ._exposed import ExposedState, M, validation_summary
 from ._request import RequestLimits, check_bounds, parse_body, receive_body
 from ._run_log import RunLog, RunLogGoneError, RunLogLimits, RunLogs
-from ._server_errors import RunInputError, ThreadNotFoundError, ThreadOwnerError
+from ._server_errors import (
+    RunInputError,
+    ThreadDeletingError,
+    ThreadNotFoundError,
+    ThreadOwnerError,
+)
 from ._thread_input import FORMAT, ThreadInput, read_input
 from ._threads import (
     MAX_THREADS_PAGE,
@@ -166,7 +172,8 @@ class AGUIEndpoint(Generic[M]):
             return _refusal(401, "not authenticated")
         try:
             return await self._serve(request, route, user)
-        except (RunInputError, ThreadOwnerError, ThreadNotFoundError, RunLogGoneError) as exc:
+        except (RunInputError, ThreadOwnerError, ThreadNotFoundError, ThreadDeletingError,
+                RunLogGoneError) as exc:  # fmt: skip
             return _refusal(exc.status_code, str(exc))
         except ValidationError as exc:
             return _refusal(422, f"not a valid RunAgentInput: {validation_summary(exc)}")
@@ -218,6 +225,7 @@ class AGUIEndpoint(Generic[M]):
             run = await self._accept(ids, run_input)
         headers = {"x-run-id": run_input.run_id}
         if run.resubmitted:
+            await self.threads.check_owner(user, run_input.thread_id, deleting=ThreadDeletingError)
             replay = _numbered(self._replay(run, run_input))
             return StreamingResponse(replay, media_type=_SSE, headers=headers)
         key = (user, run_input.thread_id, run_input.run_id)

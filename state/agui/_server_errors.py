@@ -35,3 +35,10 @@ class ThreadNotFoundError(StateError, LookupError):
     """No such thread of this agent (HTTP 404): it was never run, or it was deleted."""
 
     status_code = 404
+
+
+class ThreadDeletingError(StateError):
+    """A run of a thread whose delete has begun (HTTP 409): refused before anything is
+    written; a DELETE of the thread finishes the delete, then the id is free again."""
+
+    status_code = 409

@@ -30,7 +30,13 @@ from .. import (
 )
 from ..jsonpatch import PatchConflictError, apply_patch, make_patch, rebase_patch
 from ._exposed import ExposedState, M
-from ._server_errors import RunInputError, RunInputTooLargeError, ThreadOwnerError
+from ._server_errors import (
+    RunInputError,
+    RunInputTooLargeError,
+    ThreadDeletingError,
+    ThreadNotFoundError,
+    ThreadOwnerError,
+)
 
 FORMAT: Final = 2
 CLIENT_ROLES: Final = frozenset({"user", "tool"})
@@ -38,7 +44,8 @@ CLIENT_ROLES: Final = frozenset({"user", "tool"})
 
 
 class Owner(Record):
-    """`C/agui-owner/{app name}`: the user a thread belongs to."""
+    """`C/agui-owner/{app name}`: the user a thread belongs to; with `deleting` (epoch
+    seconds), the thread is being deleted and counts as gone (`ThreadService.delete`)."""
 
     kind = "agui_owner"
     format = FORMAT
@@ -88,9 +95,11 @@ async def read_input(
     max_new_messages: int,
 ) -> ThreadInput[M]:
     """The run's input against the thread in `turn`: `ThreadOwnerError` for another user's
-    thread, `RunInputError` for messages or state the client may not write (more than
-    `max_new_messages` new ones: `RunInputTooLargeError`). With `claim`, a thread without
-    an owner becomes the turn's user's (saved with the turn)."""
+    thread, `ThreadDeletingError` for one being deleted (and, without `claim`,
+    `ThreadNotFoundError` for one deleted), `RunInputError` for messages or state the
+    client may not write (more than `max_new_messages` new ones: `RunInputTooLargeError`).
+    With `claim`, a thread without an owner becomes the turn's user's (saved with the
+    turn)."""
     conversation, session = _key(turn.conversation), _key(turn.session)
     owner_key = thread_owner_key(conversation, turn.ids.app_name)
     owner, sent = await turn.fetch({owner_key: Owner,
@@ -160,10 +169,15 @@ async def _new_messages(
 
 
 def _check_owner(owner: Record, user: str, *, claim: bool) -> None:
+    """Reading the owner record makes it a read check of the turn: a delete's mark written
+    meanwhile refuses the turn's commit, and its next attempt stops here."""
     stored = owner.stored()
     if stored is None:
-        if claim:
-            owner.value.update(format=FORMAT, user=user)
+        if not claim:  # the run was accepted, so its thread had an owner: it was deleted
+            raise ThreadNotFoundError("the thread was deleted")
+        owner.value.update(format=FORMAT, user=user)
+    elif "deleting" in stored:
+        raise ThreadDeletingError("the thread is being deleted: DELETE it to finish")
     elif stored["user"] != user:
         raise ThreadOwnerError("this thread belongs to another user")
 

@@ -7,8 +7,10 @@ one makes the record, titled after the first user message), the run's commit set
 updated time and the run's end. Reading a thread costs three reads however long its
 history is: the turn's buckets with the owner and summary records, the history head, then
 the last page of messages together with the recent runs' records. Listing reads the user's
-session index (`{channel}/users/{user}/sessions/`) and the summaries of those sessions, a
-batch at a time: proportional to the user's threads, not to the store.
+session index (`{channel}/users/{user}/sessions/`) and the summaries and owner records of
+those sessions, a batch at a time: proportional to the user's threads, not to the store.
+A delete marks the owner record `deleting` first (the thread is gone from then on) and
+deletes it last, so it is all-or-nothing (`ThreadService.delete`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ag_ui.core import RunAgentInput
 from .. import (
     HistoryError,
     Record,
+    StateConflictError,
     TurnIds,
     TurnQueues,
     conversation_key,
@@ -37,7 +40,7 @@ from .. import (
     unescape_segment,
     user_key,
 )
-from ..backends import Storage
+from ..backends import ConflictError, Storage, StoreItem
 from ._exposed import ExposedState, M
 from ._server_errors import RunInputError, ThreadNotFoundError, ThreadOwnerError
 from ._thread_input import Owner
@@ -173,11 +176,14 @@ class ThreadService(Generic[M]):
         conversation = conversation_key(self.channel, thread_id, namespace=self.namespace)
         return thread_owner_key(conversation, self.app_name)
 
-    async def check_owner(self, user: str, thread_id: str) -> None:
-        """`ThreadNotFoundError` for a thread nobody owns, `ThreadOwnerError` for another's."""
+    async def check_owner(
+        self, user: str, thread_id: str, *, deleting: type[Exception] = ThreadNotFoundError
+    ) -> None:
+        """`ThreadNotFoundError` for a thread nobody owns (`deleting` for one being
+        deleted), `ThreadOwnerError` for another's."""
         key = self._owner_key(thread_id)
         found = await self.storage.read([key])
-        _owned(found[key].value if key in found else None, user)
+        _owned(found[key].value if key in found else None, user, deleting)
 
     async def has_run(self, user: str, thread_id: str, run_id: str) -> bool:
         """Whether the thread holds a record of run `run_id`."""
@@ -235,10 +241,14 @@ class ThreadService(Generic[M]):
         for start in range(0, len(threads), BATCH):
             batch = threads[start : start + BATCH]
             keys = {thread_record_key(self._session(user, t)): t for t in batch}
-            for key, item in (await self.storage.read(list(keys))).items():
-                value = item.value
-                if isinstance(value, dict) and value.get("format") == FORMAT:
-                    found.append((float(value["updated"]), keys[key], value))
+            owners = {t: self._owner_key(t) for t in batch}  # a thread being deleted is gone
+            items = await self.storage.read([*keys, *owners.values()])
+            for key, thread_id in keys.items():
+                value = items[key].value if key in items else None
+                owner = items.get(owners[thread_id])
+                if (isinstance(value, dict) and value.get("format") == FORMAT and owner
+                        and _live(owner.value, user)):  # fmt: skip
+                    found.append((float(value["updated"]), thread_id, value))
         found.sort(key=lambda entry: (-entry[0], entry[1]))
         if after is not None:
             found = [e for e in found if (-e[0], e[1]) > (-float(after[0]), after[1])]
@@ -262,30 +272,56 @@ class ThreadService(Generic[M]):
         return summary
 
     async def delete(self, user: str, thread_id: str) -> None:
-        """Delete the thread: its session (state, history, runs, records), the user's index
-        entry of the conversation when no other session of the user is in it, and last the
-        owner record (see docs/agui.md)."""
+        """Delete the thread all-or-nothing (see docs/agui.md): mark its owner record
+        `deleting` (a write at the version read), then delete its session (state, history,
+        runs, records) and the user's index entry of the conversation when no other session
+        of the user is in it, and last the owner record. From the mark on, the thread is
+        gone to every route and a run's commit is refused (runs hold the owner record as a
+        read check); a delete that finds the mark (one died half way) finishes it."""
         ids = self.ids(user, thread_id)
         session, owner_key = self._session(user, thread_id), self._owner_key(thread_id)
-        async with self.queues.turn(ids):
-            await self.check_owner(user, thread_id)
+        found = (await self.storage.read([owner_key])).get(owner_key)
+        value = found.value if found is not None else None
+        _owned(value, user, None)
+        assert found is not None and value is not None
+        etag = found.etag
+        if "deleting" not in value:
+            marked = {**value, "deleting": self.clock()}
+            try:
+                etag = (await self.storage.write({owner_key: StoreItem(marked, etag)}))[owner_key]
+            except ConflictError:  # another delete marked it first: this one may try again
+                raise StateConflictError([owner_key], scopes=[Owner.kind]) from None
+        async with self.queues.turn(ids):  # this process's runs of the thread end first
             base = session_key(self.channel, thread_id, user, namespace=self.namespace)
             theirs = [key async for key in self.storage.list(base)]
             mine = [key for key in theirs if key == session or key.startswith(session + "/")]
             others = [key for key in theirs if key not in mine and
                       (key == base or key.startswith(base + "/"))]  # fmt: skip
-            first = thread_record_key(session)  # the thread leaves the list first
-            keys = [first, *(key for key in mine if key != first)]
+            keys = list(mine)
             if not others:
                 index = user_key(self.channel, user, namespace=self.namespace)
                 keys.append(f"{index}/sessions/{escape_segment(thread_id)}")
             for start in range(0, len(keys), BATCH):
                 await self.storage.delete(keys[start : start + BATCH])
-            await self.storage.delete([owner_key])
+            try:  # at the marked version: a new thread of the same id is never taken
+                await self.storage.delete([owner_key], if_match={owner_key: etag} if etag else None)
+            except ConflictError:
+                pass  # another delete finished first
 
 
-def _owned(owner: dict[str, Any] | None, user: str) -> None:
+def _live(owner: Any, user: str) -> bool:
+    """Whether an owner record's value names `user` and no delete of the thread has begun."""
+    return isinstance(owner, dict) and owner.get("user") == user and "deleting" not in owner
+
+
+def _owned(owner: dict[str, Any] | None, user: str,
+           deleting: type[Exception] | None = ThreadNotFoundError) -> None:  # fmt: skip
+    """`ThreadNotFoundError` for no owner, `deleting` (None: not refused) for a thread being
+    deleted, `ThreadOwnerError` for another user's."""
     if owner is None:
         raise ThreadNotFoundError("no such thread")
+    if deleting is not None and "deleting" in owner:
+        raise deleting("no such thread" if deleting is ThreadNotFoundError
+                       else "the thread is being deleted: DELETE it to finish")  # fmt: skip
     if owner.get("user") != user:
         raise ThreadOwnerError("this thread belongs to another user")

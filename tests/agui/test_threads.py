@@ -1,11 +1,14 @@
 """The thread service of AGUIEndpoint over real HTTP (httpx's ASGI transport) on memory, file
 and Redis: a user's threads read without running the agent, listed newest first in pages,
-renamed and deleted, each behind the owner check; a long thread's last page read with the
-same storage reads as a short one's; a reconnect after the run's events left the log is 410."""
+renamed and deleted, each behind the owner check; a delete is all-or-nothing (one killed half
+way leaves a thread gone to every route, which the next DELETE finishes; a run committing
+meanwhile is refused); a long thread's last page read with the same storage reads as a
+short one's; a reconnect after the run's events left the log is 410."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,7 @@ from starlette.requests import Request
 
 from agent_state import TurnIds, forget_user, open_storage, open_turn
 from agent_state.agui import AgentRun, AGUIEndpoint, RunLogLimits
-from agent_state.backends import Storage
+from agent_state.backends import Storage, StorageError, StoreItem
 from tests.agui.server_support import VALIDATOR, assert_valid_streams, store_contents
 from tests.stores import STORES
 
@@ -181,6 +184,112 @@ async def test_a_users_threads_are_read_listed_renamed_and_deleted_behind_the_ow
     await forget_user(storage, "agui", "bob")  # the lifecycle's forget takes threads too
     assert (await client.request("GET", "/threads", user="bob")).json()["threads"] == []
     assert (await client.request("GET", "/threads/t1", user="bob")).status_code == 404
+
+
+class Watch:
+    """What a `watched` storage saw: its delete calls, and whether a delete's mark (an owner
+    record with `deleting`) was written."""
+
+    def __init__(self) -> None:
+        self.deletes, self.marked = 0, asyncio.Event()
+
+
+def watched(storage: Storage, *, fail_delete: int = 0) -> Watch:
+    """Make `storage` an instance of a subclass of its own backend class that counts its
+    delete calls, raises `StorageError` on call number `fail_delete` (0: never; the process
+    dying there), and notes a delete's mark once written."""
+    watch = Watch()
+
+    class Watched(type(storage)):  # type: ignore[misc]
+        async def delete(self, keys: Any, *, if_match: Mapping[str, str] | None = None) -> None:
+            watch.deletes += 1
+            if watch.deletes == fail_delete:
+                raise StorageError("the deleting process died here")
+            await super().delete(keys, if_match=if_match)
+
+        async def write(self, changes: Mapping[str, StoreItem], **options: Any) -> dict[str, str]:
+            etags: dict[str, str] = await super().write(changes, **options)
+            if any("deleting" in item.value for item in changes.values()):
+                watch.marked.set()
+            return etags
+
+    storage.__class__ = Watched
+    return watch
+
+
+async def thread_keys(storage: Storage, thread: str) -> list[str]:
+    """Every stored key of the thread (its conversation's documents and the index entry)."""
+    return [key async for key in storage.list("") if key.startswith(
+        f"agui/conversations/{thread}/") or key.endswith(f"/sessions/{thread}")]  # fmt: skip
+
+
+async def test_a_delete_killed_half_way_leaves_a_gone_thread_the_next_delete_finishes(
+    storage: Storage,
+) -> None:
+    client = Client(endpoint(storage))
+    await seed(storage, client, "t1", 130)  # its message ids alone fill more than a batch
+    await client.run("t2", "r2")
+    assert len(await thread_keys(storage, "t1")) > 100
+    watch = watched(storage, fail_delete=2)
+    died = await client.request("DELETE", "/threads/t1")
+    assert died.status_code == 503 and watch.deletes == 2
+    assert await thread_keys(storage, "t1")  # half way: some of it is left
+    for method, path in (("GET", "/threads/t1"), ("PATCH", "/threads/t1"),
+                         ("GET", "/threads/t1/runs/t1-r1/events")):  # fmt: skip
+        body = {"title": "back?"} if method == "PATCH" else None
+        gone = await client.request(method, path, body=body)
+        assert gone.status_code == 404, (method, path, gone.text)
+    for user in ("ada", "bob"):
+        listed = (await client.request("GET", "/threads", user=user)).json()["threads"]
+        assert "t1" not in [thread["threadId"] for thread in listed]
+    for run_id in ("t1-r1", "fresh"):  # a resubmitted run, a new one: refused, nothing written
+        message = {"id": f"u-{run_id}", "role": "user", "content": "plan it"}
+        run: dict[str, Any] = {"threadId": "t1", "runId": run_id, "state": {}, "tools": [],
+                               "context": [], "forwardedProps": {},
+                               "messages": [message]}  # fmt: skip
+        before = await store_contents(storage)
+        refused = await client.request("POST", "/", body=run)
+        assert refused.status_code == 409 and "being deleted" in refused.json()["detail"]
+        assert await store_contents(storage) == before
+    assert (await client.request("DELETE", "/threads/t1")).status_code == 204
+    assert await thread_keys(storage, "t1") == []
+    assert (await client.request("GET", "/threads/t2")).json()["state"]["runs"] == 1
+    assert (await client.request("DELETE", "/threads/t1")).status_code == 404
+    await client.run("t1", "again", user="bob")  # the id is free again
+    assert (await client.request("GET", "/threads/t1", user="bob")).json()["state"]["runs"] == 1
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_a_run_committing_while_its_thread_is_deleted_is_refused_and_leaves_nothing(
+    storage: Storage, processes: int
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(run: AgentRun[Plan]) -> None:
+        await planner(run)
+        started.set()
+        await release.wait()  # until the delete marked the thread
+
+    running = Client(endpoint(storage, slow))
+    deleting = running if processes == 1 else Client(endpoint(storage))
+    watch = watched(storage)
+    release.set()
+    await deleting.run("t1", "r1")
+    await running.run("t1", "r2")  # a first run of the slow agent, undisturbed
+    release.clear()
+    started.clear()
+    run = asyncio.create_task(running.run("t1", "r3"))
+    await started.wait()
+    delete = asyncio.create_task(deleting.request("DELETE", "/threads/t1"))
+    await asyncio.wait_for(watch.marked.wait(), 20)
+    release.set()
+    stream, deleted = await run, await delete
+    assert deleted.status_code == 204, deleted.text
+    assert b'"type":"RUN_ERROR"' in stream.content and b"RUN_FINISHED" not in stream.content
+    assert await thread_keys(storage, "t1") == []
+    for client in (running, deleting):
+        assert (await client.request("GET", "/threads/t1")).status_code == 404
+        assert (await client.request("GET", "/threads")).json()["threads"] == []
 
 
 class CountingReads:
