@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,22 +21,16 @@ from agent_state import SessionState, TurnIds, open_turn, read_state
 from agent_state.backends import FileStorage
 from tests.agui.server_support import assert_valid_streams
 from tests.agui.support import ROOT, client_dir
+from tests.net import free_port
 
 SCRIPT = Path(__file__).with_name("http_agent_thread.mjs")
 USER, THREAD = "ada", "release-thread"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """The example app under uvicorn on a free port, its FileStorage in a temp folder."""
-    folder, port = tmp_path_factory.mktemp("agui") / "state", _free_port()
+    folder, port = tmp_path_factory.mktemp("agui") / "state", free_port()
     env = {**os.environ, "AGENT_STATE_AGUI_DIR": str(folder)}
     command = [sys.executable, "-m", "uvicorn", "examples.agui_server:app",
                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]  # fmt: skip

@@ -12,7 +12,6 @@ import contextlib
 import os
 import selectors
 import signal
-import socket
 import string
 import subprocess
 import time
@@ -52,6 +51,7 @@ from tests.backends.conformance.harness_blob import (
     open_container,
 )
 from tests.conftest import server_missing
+from tests.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV_ACCOUNT = "devstoreaccount1"
@@ -297,12 +297,6 @@ def wait_for_line(process: subprocess.Popen[bytes], marker: bytes, deadline: flo
                 pytest.fail(f"private Azurite did not start: {seen.decode(errors='replace')}")
             if selector.select(timeout=left):
                 seen += process.stdout.read() or b""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

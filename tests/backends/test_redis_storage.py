@@ -10,7 +10,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -57,6 +56,7 @@ from tests.backends.conformance.harness_redis import (
     remove_namespace,
 )
 from tests.conftest import server_missing
+from tests.net import free_port
 
 # --- fixtures -------------------------------------------------------------------------------
 
@@ -570,13 +570,6 @@ class PrivateServer:
             assert self.process.poll() is None, "redis-server exited"
             assert time.monotonic() < deadline, "redis-server did not get ready"
             time.sleep(0.02)  # polling a server process that is starting
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def start_private_server(directory: Path, *, cluster: bool) -> PrivateServer:

@@ -9,6 +9,7 @@ from typing import Any, cast
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
+from microsoft_agents.hosting.core.storage import StoreItem as M365StoreItem
 
 
 class StubAdapter(ChannelAdapter):
@@ -91,3 +92,17 @@ async def turn(
     """One message turn through the adapter's middleware pipeline."""
     context = ms.TurnContext(adapter, message(text))
     await adapter.run_pipeline(context, app.on_turn)
+
+
+class Item(M365StoreItem):
+    """An M365 StoreItem holding any JSON value."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def store_item_to_json(self) -> Any:
+        return self.value
+
+    @staticmethod
+    def from_json_to_store_item(json_data: Any) -> Item:
+        return Item(json_data)

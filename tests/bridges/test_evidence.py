@@ -12,13 +12,12 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from microsoft_agents.hosting import core as ms
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
-from microsoft_agents.hosting.core.storage import StoreItem as M365StoreItem
 
 from agent_state import AgentApplication, TurnContext, TurnIds, TurnState, open_turn, user_key
 from agent_state.backends import Storage
 from agent_state.bridges.adk import AgentStateSessionService
 from agent_state.bridges.m365 import AgentStateStorage, TurnQueueMiddleware
-from tests.bridges.m365_support import NoConnections, StubAdapter, message
+from tests.bridges.m365_support import Item, NoConnections, StubAdapter, message
 
 DELIVERED = "$delivered"
 APP, USER = "shop", "ada"
@@ -56,20 +55,6 @@ async def stored(storage: Storage, key: str) -> dict[str, Any]:
 
 def event(delta: dict[str, Any]) -> Event:
     return Event(author="user", actions=EventActions(state_delta=delta))
-
-
-class Item(M365StoreItem):
-    """A StoreItem holding any JSON value."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def store_item_to_json(self) -> Any:
-        return self.value
-
-    @staticmethod
-    def from_json_to_store_item(json_data: Any) -> Item:
-        return Item(json_data)
 
 
 # --- ADK ---------------------------------------------------------------------------------

@@ -11,29 +11,14 @@ from typing import Any, TypeVar, cast
 import pytest
 from microsoft_agents.hosting.core.state.agent_state import CachedAgentState
 from microsoft_agents.hosting.core.storage import MemoryStorage as M365MemoryStorage
-from microsoft_agents.hosting.core.storage import StoreItem as M365StoreItem
 
 from agent_state import TurnIds, open_storage, open_turn, user_key
 from agent_state.backends import ConflictError, Storage
 from agent_state.bridges.m365 import AgentStateStorage, TurnQueueMiddleware
-from tests.bridges.m365_support import StubAdapter, counter_app, turn
+from tests.bridges.m365_support import Item, StubAdapter, counter_app, turn
 
 CONVERSATION = "msteams/conversations/19:c"
 T = TypeVar("T")
-
-
-class Item(M365StoreItem):
-    """A StoreItem holding any JSON value."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def store_item_to_json(self) -> Any:
-        return self.value
-
-    @staticmethod
-    def from_json_to_store_item(json_data: Any) -> Item:
-        return Item(json_data)
 
 
 async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:

@@ -26,22 +26,10 @@ from agent_state.bridges.m365 import (
     import_m365_blobs,
     import_m365_cosmos,
 )
+from tests.bridges.m365_support import Item
 from tests.conftest import server_missing
 from tests.cosmos_emulator import MASTER_KEY, running
 from tests.stores import STORES
-
-
-class Item(M365StoreItem):
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def store_item_to_json(self) -> Any:
-        return self.value
-
-    @staticmethod
-    def from_json_to_store_item(json_data: Any) -> Item:
-        return Item(json_data)
-
 
 WRITTEN: dict[str, M365StoreItem] = {
     "msteams/users/29:ada": CachedAgentState(cast(Any, {"visits": 2})),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import server_missing
+from tests.net import free_port
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -36,13 +36,6 @@ def run_async(work: Coroutine[Any, Any, T]) -> T:
     the test's thread)."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, work).result()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
