@@ -53,6 +53,13 @@ def test_turns_prints_the_memory_targets_with_ids_and_without() -> None:
     assert len(verdicts(output, "the floor's time")) == 1
 
 
+def test_threads_prints_the_long_thread_read_against_the_short_one() -> None:
+    output = run("threads.py", "--rounds", "1", "--reads", "1", needs=("AGENT_STATE_REDIS_URL",))
+    for size in ("10", "60", "10,000"):
+        assert len(re.findall(rf"^\s+{size}\s+[\d,]+\s+[\d.]+x$", output, re.M)) == 2
+    assert len(verdicts(output, "10 messages")) == 2
+
+
 def test_backend_turns_prints_file_and_redis_against_their_floors() -> None:
     output = run(
         "backend_turns.py", "--rounds", "3", "--round-seconds", "0.05",
