@@ -21,7 +21,7 @@ from agent_state import SessionState, TurnIds, open_turn, read_state
 from agent_state.backends import FileStorage
 from tests.agui.server_support import assert_valid_streams
 from tests.agui.support import ROOT, client_dir
-from tests.net import free_port
+from tests.net import free_port, stop
 
 SCRIPT = Path(__file__).with_name("http_agent_thread.mjs")
 USER, THREAD = "ada", "release-thread"
@@ -50,14 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                 time.sleep(0.05)
         yield url, folder
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        stop(process)
 
 
 async def _stored(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

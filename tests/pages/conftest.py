@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import server_missing
-from tests.net import free_port
+from tests.net import free_port, stop
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -97,17 +97,6 @@ def serve(command: Sequence[str], url: str, env: dict[str, str]) -> subprocess.P
                 stop(process)
                 pytest.fail(f"{url} did not answer within 30 s")
             time.sleep(0.05)  # polling for the port to open, not synchronizing the test
-
-
-def stop(process: subprocess.Popen[str]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    if process.stderr is not None:
-        process.stderr.close()
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ from playwright.sync_api import Dialog, Page, expect
 
 from agent_state import app_key, conversation_key, session_key, user_key
 from agent_state.backends import ANY, FileStorage, StoreItem
-from tests.net import free_port
-from tests.pages.conftest import run_async, serve, shot, stop
+from tests.net import free_port, stop
+from tests.pages.conftest import run_async, serve, shot
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 SEEDED: dict[str, dict[str, Any]] = {
