@@ -72,6 +72,9 @@ class _Finder:
         """The keys of the conversations the user has sessions in (found by `find`)."""
         self.interrupted = False
         """Whether `find` listed the marker of a forget that did not finish."""
+        self.seen: dict[str, None] = {}
+        """Every conversation an earlier pass found indexed: its session is looked at again
+        even once its entry is gone (a racing commit may finish after a pass deleted it)."""
 
     async def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, counted."""
@@ -99,7 +102,8 @@ class _Finder:
         buckets = [self.root]  # not listed: read to see whether they exist
         self.conversations = []
         for entry in sessions:
-            conversation = _unescape(entry.rsplit("/", 1)[1])
+            self.seen[_unescape(entry.rsplit("/", 1)[1])] = None
+        for conversation in self.seen:
             session = session_key(self.channel, conversation, self.user, namespace=self.namespace)
             found += await self.keys(session + "/")
             found += await self._conversation_records(conversation)
