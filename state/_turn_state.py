@@ -73,7 +73,7 @@ class TurnState:
         self._found = dict(found or {})
         self._read = read
         self._history: History | None = None
-        self._home = self._choose_home()
+        self._home = self._choose_home() if found is not None else None  # else at `load`
 
     async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
         """Read every planned bucket (or the declared ones), and `extra_keys` (framework
@@ -84,7 +84,7 @@ class TurnState:
             keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:
             self._found.update(await self._storage_read()(keys))
-            self._home = self._choose_home()
+        self._home = self._choose_home()
 
     def _choose_home(self) -> str | None:
         """The scope of the evidence's home: the first in `Plan.evidence` order of those the
