@@ -232,8 +232,21 @@ def test_every_prefix_of_a_key_lists_its_blob(key: str, data: st.DataObject) -> 
 
 @given(keys, keys)
 def test_a_name_prefix_means_a_key_prefix(key: str, prefix: str) -> None:
-    if not is_hashed(blob_name(key)) and blob_name(key).startswith(str(list_prefix(prefix))):
+    """Where the listing prefix is the prefix's whole name (not cut to a stem, which lists a
+    superset the storage filters by key), a name under it is a key under the prefix."""
+    start = list_prefix(prefix)
+    whole = start == blob_name(prefix)
+    if whole and not is_hashed(blob_name(key)) and blob_name(key).startswith(str(start)):
         assert key.startswith(prefix)
+
+
+def test_a_long_prefix_lists_a_stem_and_the_storage_filters_by_key() -> None:
+    """A prefix too long for a whole name lists by its stem: a superset, never fewer."""
+    prefix = "a/" + "b" * 1_000
+    other = "a/" + "b" * 990 + "c"
+    assert list_prefix(prefix) != blob_name(prefix)
+    assert blob_name(other).startswith(str(list_prefix(prefix)))
+    assert not other.startswith(prefix)
 
 
 def test_prefix_that_no_key_can_have_lists_nothing() -> None:
