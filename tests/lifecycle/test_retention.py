@@ -4,6 +4,7 @@ whole (docs/lifecycle.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -118,7 +119,9 @@ async def test_a_pending_run_holds_every_document_of_its_session(storage: Storag
 
 
 class Clock:
-    """The memory store's clock, moved by the test; `time` for the runs' leases."""
+    """The clock the store decides expiry on (`MemoryStorage(clock=)`, `Storage.clock` for the
+    file and Blob stores, which expire documents when a read or a listing meets them), moved
+    by the test; also the runs' lease clock."""
 
     def __init__(self) -> None:
         self.now = time.time()
@@ -126,53 +129,88 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        return self.now
 
-def raw_keys(storage: MemoryStorage) -> set[str]:
-    """What the memory store holds, expired documents not dropped yet included."""
-    return set(storage._entries)
+    def monotonic(self) -> float:
+        return time.monotonic()
 
-
-async def drop_expired(storage: MemoryStorage) -> None:
-    """Writes of an unrelated key: each drops expired documents, a bounded number at a time."""
-    for n in range(100):
-        await storage.write({f"other/{uuid.uuid4().hex}": StoreItem({"n": n})})
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
 
-async def test_after_the_retention_passes_nothing_of_the_session_is_stored() -> None:
+CLOCKED = ["memory", "file", "blob"]
+"""The stores whose expiry our code decides: the tests move their clock."""
+
+
+@pytest.fixture(params=CLOCKED)
+async def clocked(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[Storage, Clock]]:
+    """A fresh store of each kind whose expiry our code decides, and the clock it decides on."""
     clock = Clock()
-    storage = MemoryStorage(clock=clock)
+    if request.param == "memory":
+        async with MemoryStorage(clock=clock) as store:
+            yield store, clock
+        return
+    async with open_storage(STORES[request.param](str(tmp_path))) as store:
+        store.clock = clock
+        yield store, clock
+
+
+async def sweep(storage: Storage) -> list[str]:
+    """Run what removes expired documents: a listing of the store (file, Blob); on memory,
+    writes of an unrelated key (each drops expired documents, a bounded number at a time)
+    too. The keys listed (the unrelated ones left out)."""
+    if isinstance(storage, MemoryStorage):
+        for n in range(100):
+            await storage.write({f"other/{uuid.uuid4().hex}": StoreItem({"n": n})})
+    return [key async for key in storage.list("") if not key.startswith("other/")]
+
+
+async def stored_keys(storage: Storage, clock: Clock, at: float) -> list[str]:
+    """The keys the store still holds when its clock is set back to `at` (before the
+    expiries): what a sweep only hid rather than removed shows again."""
+    now, clock.now = clock.now, at
+    try:
+        return [key async for key in storage.list("") if not key.startswith("other/")]
+    finally:
+        clock.now = now
+
+
+async def test_after_the_retention_passes_nothing_of_the_session_is_stored(
+    clocked: tuple[Storage, Clock],
+) -> None:
+    storage, clock = clocked
+    start = clock.now
     await turn(storage, 0, messages=40)
     await run_once(storage, "r1", clock=clock)
     assert len(await session_documents(storage)) > 45
     clock.now += 2 * TTL + 1
-    await drop_expired(storage)
-    assert {
-        k for k in raw_keys(storage) if not k.startswith("other/") and "/sessions/" not in k
-    } == set()
+    assert [key for key in await sweep(storage) if "/sessions/" not in key] == []
+    assert [key for key in await stored_keys(storage, clock, start) if "/sessions/" not in key] == []
 
 
-async def test_a_pending_run_holds_its_session() -> None:
-    clock = Clock()
-    storage = MemoryStorage(clock=clock)
+async def test_a_pending_run_holds_its_session(clocked: tuple[Storage, Clock]) -> None:
+    storage, clock = clocked
     await turn(storage, 0, messages=40)
     await accept_run(storage, IDS, "r1", {}, history=literal([]), clock=clock, lease=LEASE)
     before = await session_documents(storage)
     clock.now += 3 * TTL  # past the session's own retention, within the run's lease
-    await drop_expired(storage)
+    await sweep(storage)
     assert await session_documents(storage) == {k: v and v - 3 * TTL for k, v in before.items()}
     clock.now += LEASE
-    await drop_expired(storage)
+    await sweep(storage)
     assert not await session_documents(storage)
 
 
-async def test_a_session_touched_again_lives_on_whole() -> None:
-    clock = Clock()
-    storage = MemoryStorage(clock=clock)
+async def test_a_session_touched_again_lives_on_whole(clocked: tuple[Storage, Clock]) -> None:
+    storage, clock = clocked
     await turn(storage, 0, messages=40)
     clock.now += 1.5 * TTL
     await turn(storage, 1)
     clock.now += 1.5 * TTL  # past the first turn's documents' first expiry
-    await drop_expired(storage)
+    await sweep(storage)
     async with open_turn(storage, IDS, scopes=SCOPES) as state:
         assert state["turns"] == 2
         assert [m["id"] for m in await state.history.first(41)] == [
@@ -180,5 +218,5 @@ async def test_a_session_touched_again_lives_on_whole() -> None:
             "m1-0",
         ]
     clock.now += 2 * TTL + 1
-    await drop_expired(storage)
+    await sweep(storage)
     assert not await session_documents(storage)
