@@ -72,6 +72,9 @@ class _Finder:
         """The keys of the conversations the user has sessions in (found by `find`)."""
         self.interrupted = False
         """Whether `find` listed the marker of a forget that did not finish."""
+        self.stale: list[str] = []
+        """The index entries `find` found whose sessions have expired (nothing is stored of
+        them): a forget deletes them, an export leaves them out."""
         self.seen: dict[str, None] = {}
         """Every conversation an earlier pass found indexed: its session is looked at again
         even once its entry is gone (a racing commit may finish after a pass deleted it)."""
@@ -103,15 +106,21 @@ class _Finder:
         self.conversations = []
         for entry in sessions:
             self.seen[_unescape(entry.rsplit("/", 1)[1])] = None
+        stored: dict[str, int] = {}  # conversation -> how many documents of its session
         for conversation in self.seen:
             session = session_key(self.channel, conversation, self.user, namespace=self.namespace)
+            before = len(found)
             found += await self.keys(session + "/")
             found += await self._conversation_records(conversation)
+            stored[conversation] = len(found) - before
             buckets.append(session)
             self.conversations.append(
                 conversation_key(self.channel, conversation, namespace=self.namespace)
             )
         existing = await self.read(buckets)
+        for conversation, session in zip(self.seen, buckets[1:], strict=True):
+            stored[conversation] += session in existing
+        self.stale = [e for e in sessions if not stored[_unescape(e.rsplit("/", 1)[1])]]
         found += [key for key in buckets[1:] if key in existing]
         found += [key for key in own if key != marker and key not in sessions]
         if self.root in existing:
@@ -235,7 +244,7 @@ async def export_user(
     finished first). `report` is given what finding the documents cost."""
     finder = _Finder(storage, channel_id, user_id, namespace)
     documents, entries = await finder.find()
-    keys = documents + entries
+    keys = documents + [entry for entry in entries if entry not in finder.stale]
     if finder.interrupted:
         await forget_user(storage, channel_id, user_id, namespace=namespace)
         keys = []

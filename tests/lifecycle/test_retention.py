@@ -10,14 +10,18 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from agent_state import (
     SessionState,
     TurnIds,
     TurnState,
+    UnknownUserError,
     accept_run,
     execute_run,
+    export_user,
+    forget_user,
     literal,
     open_storage,
     open_turn,
@@ -186,9 +190,10 @@ async def test_after_the_retention_passes_nothing_of_the_session_is_stored(
     await turn(storage, 0, messages=40)
     await run_once(storage, "r1", clock=clock)
     assert len(await session_documents(storage)) > 45
+    assert "web/users/ada/sessions/c1" in await stored_keys(storage, clock, start)
     clock.now += 2 * TTL + 1
-    assert [key for key in await sweep(storage) if "/sessions/" not in key] == []
-    assert [key for key in await stored_keys(storage, clock, start) if "/sessions/" not in key] == []
+    assert await sweep(storage) == []
+    assert await stored_keys(storage, clock, start) == []  # the user's index entry too
 
 
 async def test_a_pending_run_holds_its_session(clocked: tuple[Storage, Clock]) -> None:
@@ -220,3 +225,41 @@ async def test_a_session_touched_again_lives_on_whole(clocked: tuple[Storage, Cl
     clock.now += 2 * TTL + 1
     await sweep(storage)
     assert not await session_documents(storage)
+
+
+async def test_the_index_entry_lives_as_long_as_the_longest_lived_session_it_indexes(
+    clocked: tuple[Storage, Clock],
+) -> None:
+    storage, clock = clocked
+    await turn(storage, 0, messages=3)
+    other = TurnIds("web", "ada", "c1", app_name="other")  # an agent whose sessions never expire
+    async with open_turn(storage, other) as state:
+        state["topic"] = "kept"
+    clock.now += 2 * TTL + 1
+    assert await sweep(storage) == [
+        "web/conversations/c1/users/ada/agents/other",
+        "web/users/ada/sessions/c1",
+    ]
+    lines = [orjson.loads(line) async for line in export_user(storage, "web", "ada")]
+    assert [line["key"] for line in lines] == [
+        "web/conversations/c1/users/ada/agents/other",
+        "web/users/ada/sessions/c1",
+    ]
+
+
+async def test_export_leaves_out_and_forget_removes_an_entry_whose_sessions_expired(
+    clocked: tuple[Storage, Clock],
+) -> None:
+    storage, clock = clocked
+    await turn(storage, 0, messages=3)
+    entry = "web/users/ada/sessions/c2"  # an entry without a TTL, as an older version wrote
+    await storage.write({entry: StoreItem({"session": "web/conversations/c2/users/ada"})})
+    lines = [orjson.loads(line) async for line in export_user(storage, "web", "ada")]
+    keys = [line["key"] for line in lines]
+    assert "web/users/ada/sessions/c1" in keys and entry not in keys
+    clock.now += 2 * TTL + 1
+    with pytest.raises(UnknownUserError):
+        _ = [line async for line in export_user(storage, "web", "ada")]
+    report = await forget_user(storage, "web", "ada")
+    assert report.documents == 1
+    assert await sweep(storage) == []
