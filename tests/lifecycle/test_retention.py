@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import orjson
@@ -44,10 +44,12 @@ IDS = TurnIds("web", "ada", "c1", app_name="bot")
 SCOPES = [Session]
 
 
-async def turn(storage: Storage, n: int, *, messages: int = 1) -> None:
+async def turn(
+    storage: Storage, n: int, *, messages: int = 1, scope: type[SessionState] = Session
+) -> None:
     """A turn that counts in the session, appends `messages` messages and writes the thread's
     sent-state and owner records (what an AG-UI run stores)."""
-    async with open_turn(storage, IDS, scopes=SCOPES) as state:
+    async with open_turn(storage, IDS, scopes=[scope]) as state:
         state["turns"] = state.get("turns", 0) + 1
         await state.history.append(
             *({"id": f"m{n}-{i}", "role": "user", "content": "hi"} for i in range(messages))
@@ -263,3 +265,86 @@ async def test_export_leaves_out_and_forget_removes_an_entry_whose_sessions_expi
     report = await forget_user(storage, "web", "ada")
     assert report.documents == 1
     assert await sweep(storage) == []
+
+
+NATIVE = ["redis", "redis-cluster", "cosmos"]
+"""The stores that remove expired documents themselves, on their own clock."""
+SHORT = 3.0
+"""The TTL of `ShortSession`: seconds, on the stores' real clocks."""
+WITHIN = 30.0
+"""Seconds a poll waits for a store's expiry before the test fails (Cosmos DB removes an
+item up to about two seconds past its TTL)."""
+
+
+class ShortSession(SessionState):
+    """A session scope whose TTL passes while a test waits."""
+
+    ttl = SHORT
+
+
+@pytest.fixture(params=NATIVE)
+async def native(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Storage]:
+    async with open_storage(STORES[request.param](str(tmp_path))) as store:
+        yield store
+
+
+async def witness(storage: Storage, ttl: float) -> Callable[[], Awaitable[bool]]:
+    """A document of its own living `ttl` seconds from now: whether the store removed it says
+    that the store's expiry passed that time."""
+    key = f"web/users/witness-{uuid.uuid4().hex}"
+    await storage.write({key: StoreItem({"ttl": ttl}, ttl=ttl)})
+
+    async def gone() -> bool:
+        return not await storage.read([key])
+
+    return gone
+
+
+async def until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Poll `condition` until it holds; fail once it did not within `WITHIN` seconds."""
+    deadline = time.monotonic() + WITHIN
+    while not await condition():
+        assert time.monotonic() < deadline, f"not within {WITHIN} s: {what}"
+        await asyncio.sleep(0.1)
+
+
+async def nothing_of_the_session(storage: Storage) -> bool:
+    """Whether neither the session's documents nor the user's index entry are stored."""
+    keys = [key async for key in storage.list("web/") if "witness" not in key]
+    return not keys and not await session_documents(storage)
+
+
+async def test_after_a_native_ttl_passes_nothing_of_the_session_is_stored(
+    native: Storage,
+) -> None:
+    await turn(native, 0, messages=3, scope=ShortSession)
+    found = await session_documents(native)
+    assert len(found) > 5 and all(left is not None and left <= 2 * SHORT for left in found.values())
+    assert [key async for key in native.list("web/users/")] == ["web/users/ada/sessions/c1"]
+    await until(lambda: nothing_of_the_session(native), "the session and its entry expired")
+
+
+async def test_a_pending_run_holds_its_session_on_a_native_ttl(native: Storage) -> None:
+    await turn(native, 0, messages=3, scope=ShortSession)
+    lease = 4 * SHORT
+    await accept_run(native, IDS, "r1", {}, history=literal([]), lease=lease)
+    before = set(await session_documents(native))
+    past_the_session = await witness(native, 2 * SHORT + 1)
+    await until(past_the_session, "the session's own retention passed")
+    assert set(await session_documents(native)) == before  # held by the run's lease
+    assert [key async for key in native.list("web/users/ada/")] == ["web/users/ada/sessions/c1"]
+    await until(lambda: nothing_of_the_session(native), "the run's lease passed")
+
+
+async def test_a_session_touched_again_lives_on_whole_on_a_native_ttl(native: Storage) -> None:
+    await turn(native, 0, messages=3, scope=ShortSession)
+    due = await witness(native, 1.5 * SHORT)  # less than the TTL left: the next save renews
+    past_the_first_expiry = await witness(native, 2 * SHORT + 0.5)
+    await until(due, "the session came due")
+    await turn(native, 1, scope=ShortSession)
+    await until(past_the_first_expiry, "the first turn's documents' first expiry passed")
+    async with open_turn(native, IDS, scopes=[ShortSession]) as state:
+        assert state["turns"] == 2
+        assert [m["id"] for m in await state.history.first(4)] == ["m0-0", "m0-1", "m0-2", "m1-0"]
+        state.discard()
+    await until(lambda: nothing_of_the_session(native), "the renewed session expired")
