@@ -174,8 +174,8 @@ class CountingStorage(Storage):
         return None
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
-        for key in ():
-            yield key
+        return  # it holds no key
+        yield prefix
 
 
 async def fill(storage: Storage, documents: int, prefix: str = "doc") -> None:
