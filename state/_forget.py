@@ -17,6 +17,10 @@ the entry that finds it. A turn of the user that read any of those documents bef
 went is refused at its save (its read checks and versions no longer hold) and re-runs on an
 empty state. A forget that dies half way leaves the marker, and the next `forget_user` or
 `export_user` of that user (the reader that settles it) finishes the forget first.
+
+An index entry expires with the sessions it indexes (`state/_retention.py`); one that outlived
+them (nothing of its sessions is stored) names the user still: a forget removes it, an export
+leaves it out.
 """
 
 from __future__ import annotations
