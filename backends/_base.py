@@ -108,7 +108,8 @@ class Storage(ABC):
     reader waits for it at most this long on its own clock, whatever the writer's says."""
 
     clock: Clock = SYSTEM_CLOCK
-    """The clocks commits and their readers read (tests give a store other ones)."""
+    """The clocks commits and their readers read, and the file and Blob stores decide TTLs on
+    (tests give a store other ones)."""
 
     supports_ttl: bool = True
     """Whether `write(..., ttl=...)` is kept (every built-in backend keeps it)."""

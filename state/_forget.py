@@ -17,6 +17,10 @@ the entry that finds it. A turn of the user that read any of those documents bef
 went is refused at its save (its read checks and versions no longer hold) and re-runs on an
 empty state. A forget that dies half way leaves the marker, and the next `forget_user` or
 `export_user` of that user (the reader that settles it) finishes the forget first.
+
+An index entry expires with the sessions it indexes (`state/_retention.py`); one that outlived
+them (nothing of its sessions is stored) names the user still: a forget removes it, an export
+leaves it out.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class _Finder:
         """The keys of the conversations the user has sessions in (found by `find`)."""
         self.interrupted = False
         """Whether `find` listed the marker of a forget that did not finish."""
+        self.stale: list[str] = []
+        """The index entries `find` found whose sessions have expired (nothing is stored of
+        them): a forget deletes them, an export leaves them out."""
         self.seen: dict[str, None] = {}
         """Every conversation an earlier pass found indexed: its session is looked at again
         even once its entry is gone (a racing commit may finish after a pass deleted it)."""
@@ -103,15 +110,21 @@ class _Finder:
         self.conversations = []
         for entry in sessions:
             self.seen[_unescape(entry.rsplit("/", 1)[1])] = None
+        stored: dict[str, int] = {}  # conversation -> how many documents of its session
         for conversation in self.seen:
             session = session_key(self.channel, conversation, self.user, namespace=self.namespace)
+            before = len(found)
             found += await self.keys(session + "/")
             found += await self._conversation_records(conversation)
+            stored[conversation] = len(found) - before
             buckets.append(session)
             self.conversations.append(
                 conversation_key(self.channel, conversation, namespace=self.namespace)
             )
         existing = await self.read(buckets)
+        for conversation, session in zip(self.seen, buckets[1:], strict=True):
+            stored[conversation] += session in existing
+        self.stale = [e for e in sessions if not stored[_unescape(e.rsplit("/", 1)[1])]]
         found += [key for key in buckets[1:] if key in existing]
         found += [key for key in own if key != marker and key not in sessions]
         if self.root in existing:
@@ -235,7 +248,7 @@ async def export_user(
     finished first). `report` is given what finding the documents cost."""
     finder = _Finder(storage, channel_id, user_id, namespace)
     documents, entries = await finder.find()
-    keys = documents + entries
+    keys = documents + [entry for entry in entries if entry not in finder.stale]
     if finder.interrupted:
         await forget_user(storage, channel_id, user_id, namespace=namespace)
         keys = []

@@ -94,8 +94,8 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     changes.update(renewals)
     for key, (_, item) in pending.items():
         changes[key] = item
-        if item.etag is None and (index := session_index_key(key)) is not None:
-            changes[index[0]] = StoreItem({"session": index[1]}, "*")
+        if item.etag is None and item.ttl is None and (index := session_index_key(key)):
+            changes[index[0]] = StoreItem({"session": index[1]}, "*")  # TTL'd: `give_expiry`'s
     unchanged = changes.unchanged
     try:
         etags = await storage.write(changes, unchanged=unchanged)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from ._document import Document
-from ._keys import session_members
+from ._keys import session_index_key, session_members
 from .backends import Storage, StoreItem
 
 RENEW_BATCH = 100
@@ -33,7 +33,9 @@ async def give_expiry(
     """Give the session documents among the writes of a save of `documents` (`pending`, key
     -> (document, write); `read`: the documents only read) their session's expiry, in place:
     a session bucket written for it joins `pending` (leaving `read`). Returns the further
-    writes that renew a session's stored documents (none unless one is due)."""
+    writes: those that renew a session's stored documents (none unless one is due), and the
+    user's index entry of a session given a new expiry or started by the save, living as
+    long as the session."""
     renewals: dict[str, StoreItem] = {}
     buckets = [
         document
@@ -62,9 +64,30 @@ async def give_expiry(
         left = expires_at - now
         for key in (session, *members):
             pending[key][1].ttl = left
+        if due or any(pending[k][1].etag is None and session_index_key(k) for k in members):
+            await _index_entry(storage, session, renewals, left)
         if due and bucket.etag is not None:
             await _renew(storage, session, pending, read, renewals, left)
     return renewals
+
+
+async def _index_entry(
+    storage: Storage, session: str, renewals: dict[str, StoreItem], left: float
+) -> None:
+    """Add the write of the user's index entry of `session` (written in the batch that starts
+    a session, `save_documents`) living at least `left` seconds: as long as the longest-lived
+    session of the conversation it indexes (one entry for every agent's session there), for
+    good while one of them has no TTL; conditional on the version read."""
+    entry, indexed = session_index_key(session) or (None, "")
+    if entry is None:
+        return
+    stored = (await storage.read([entry])).get(entry)
+    ttl: float | None = left
+    etag = None
+    if stored is not None:
+        ttl = None if stored.ttl is None else max(left, stored.ttl)
+        etag = stored.etag
+    renewals[entry] = StoreItem({"session": indexed}, etag, ttl=ttl)
 
 
 def _member(key: str, prefix: str, owner: str, agents: str | None) -> bool:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -30,6 +29,7 @@ from azure.storage.blob import BlobProperties, ContentSettings, StorageErrorCode
 from azure.storage.blob.aio import BlobClient, BlobServiceClient, LinearRetry
 
 from .._base import Storage, WriteGroup, expired, gather_all
+from .._commit import Clock
 from .._envelope import parse_head, unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, first_line, unavailable
 from .._errors import StorageConfigError
@@ -210,9 +210,10 @@ class BlobStorage(Storage):
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         await self._ensure_container()
+        now = self.clock.time()
         limit = asyncio.Semaphore(self.max_concurrency)
         await gather_all(
-            [self._write_one(w, _expiry_after(w.ttl), outcomes, limit) for w in writes]
+            [self._write_one(w, _expiry_after(w.ttl, now), outcomes, limit) for w in writes]
         )
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
@@ -232,7 +233,7 @@ class BlobStorage(Storage):
                 name_starts_with=start or None, include=["metadata"]
             )
             async for blob in listing:
-                if expired(_expiry(blob)):  # the sweep of a store without native expiry
+                if expired(_expiry(blob), self.clock.time()):  # the sweep: no native expiry
                     await self._remove_expired(self.container.get_blob_client(blob.name), blob.etag)
                     continue
                 key = await self._listed_key(blob)
@@ -264,10 +265,11 @@ class BlobStorage(Storage):
                     return None
                 envelope = unwrap(key, raw)
                 etag = download.properties.etag
-                if expired(envelope.expires_at):
+                now = self.clock.time()
+                if expired(envelope.expires_at, now):
                     await self._remove_expired(blob, etag)
                     return None
-        ttl = remaining(envelope.expires_at, time.time())
+        ttl = remaining(envelope.expires_at, now)
         return StoreItem(envelope.data, etag, envelope.raw_data, ttl)
 
     async def _write_one(
@@ -287,7 +289,7 @@ class BlobStorage(Storage):
                 elif write.expected is not None:
                     outcomes[write.key] = await _replace(blob, body, metadata, write.expected)
                 else:
-                    outcomes[write.key] = await _create(blob, body, metadata)
+                    outcomes[write.key] = await _create(blob, body, metadata, self.clock)
 
     async def _delete_one(
         self, key: str, expected: str | None, outcomes: Outcomes, limit: asyncio.Semaphore
@@ -379,8 +381,11 @@ async def _replace(
         return CONFLICT
 
 
-async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> str | _Conflict:
-    """PUT with If-None-Match: *; an expired blob in the way is replaced on its ETag."""
+async def _create(
+    blob: BlobClient, body: bytes, metadata: dict[str, str], clock: Clock
+) -> str | _Conflict:
+    """PUT with If-None-Match: *; a blob in the way that expired on `clock` is replaced on its
+    ETag."""
     for _ in range(_CREATE_ATTEMPTS):
         try:
             return await _upload(blob, body, metadata, overwrite=False)
@@ -393,7 +398,7 @@ async def _create(blob: BlobClient, body: bytes, metadata: dict[str, str]) -> st
             if _ERRORS.meaning(exc) is not Meaning.MISSING:
                 raise
             continue  # deleted meanwhile: create again
-        if not expired(_expiry(current)):
+        if not expired(_expiry(current), clock.time()):
             return CONFLICT
         outcome = await _replace(blob, body, metadata, str(current.etag))
         if outcome is not CONFLICT:
@@ -415,8 +420,8 @@ def _expiry(blob: BlobProperties) -> float | None:
         return None
 
 
-def _expiry_after(ttl: float | None) -> float | None:
-    return time.time() + ttl if ttl is not None else None
+def _expiry_after(ttl: float | None, now: float) -> float | None:
+    return now + ttl if ttl is not None else None
 
 
 def _connection_string(variable: str) -> str:

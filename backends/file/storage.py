@@ -6,8 +6,8 @@ fsync of the folder per batch makes its renames durable before the batch returns
 runs with its version check in one critical section under the key's `flock` (`filelock`), so
 preconditions hold across tasks, instances and OS processes. Etags are uuid4 hex and never
 repeat. A lock wait is bounded by `lock_timeout` and then raises `StorageUnavailableError`.
-TTL is kept in the file as `meta.expires_at` (Unix time); expired documents read as
-absent, and `list` deletes them.
+TTL is kept in the file as `meta.expires_at` (Unix time); documents expired on the storage's
+`clock` read as absent, and `list` deletes them.
 
 A writer killed mid-write leaves a `.tmp-<stripe>-<uuid>` file behind (never a torn
 document). Such a file exists only while its writer holds the lock stripe named in it, so
@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from functools import lru_cache, partial
@@ -144,7 +143,7 @@ class FileStorage(Storage):
         what = f"file storage: cannot read {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
         with unavailable(what, (OSError,)):  # in the loop's thread: see the class docstring
             raws = fileio.read_files(self.root, [self._path(key) for key in keys])
-        now = time.time()
+        now = self.clock.time()
         found = {}
         for key, raw in zip(keys, raws, strict=True):
             if raw is None:
@@ -158,14 +157,14 @@ class FileStorage(Storage):
         return found
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
-        now = time.time()
+        now = self.clock.time()
 
         def write_all() -> None:  # under every key's lock, in one worker-thread call
             replaced = False
             try:
                 for write in writes:
                     expires_at = now + write.ttl if write.ttl is not None else None
-                    etag = self._write_locked(write, expires_at)
+                    etag = self._write_locked(write, expires_at, now)
                     outcomes[write.key] = CONFLICT if etag is None else etag
                     replaced |= etag is not None
             finally:  # one fsync of the folder persists every rename of the batch
@@ -177,12 +176,14 @@ class FileStorage(Storage):
         await self._locked(keys, what, write_all)
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
+        now = self.clock.time()
+
         def delete_all() -> None:  # under every key's lock, in one worker-thread call
             removed = False
             try:
                 for key in keys:
                     path, expected = self._path(key), if_match.get(key, ANY)
-                    if expected != ANY and not _holds(key, expected, fileio.read_head(path)):
+                    if expected != ANY and not _holds(key, expected, fileio.read_head(path), now):
                         outcomes[key] = CONFLICT
                     else:
                         removed |= fileio.remove(path)
@@ -204,7 +205,7 @@ class FileStorage(Storage):
                     candidates[name] = key
             await asyncio.to_thread(self._remove_orphan_temps, names)
             heads = await _read_heads([self.root / name for name in candidates])
-            now = time.time()
+            now = self.clock.time()
             for (name, key), head in zip(candidates.items(), heads, strict=True):
                 if head is None:
                     continue  # deleted since listdir
@@ -214,7 +215,7 @@ class FileStorage(Storage):
                 if not expired(head.expires_at, now):
                     keys.append(key)
                 else:
-                    action = partial(self._remove_expired_locked, key)
+                    action = partial(self._remove_expired_locked, key, now)
                     await self._locked([key], f"cannot delete expired {key!r}", action)
         for key in sorted(keys):
             yield key
@@ -234,21 +235,24 @@ class FileStorage(Storage):
             else:
                 fileio.remove_if_older(path, STALE_TEMP_SECONDS)
 
-    def _write_locked(self, write: PreparedWrite, expires_at: float | None) -> str | None:
+    def _write_locked(
+        self, write: PreparedWrite, expires_at: float | None, now: float
+    ) -> str | None:
         """Under the key's lock: replace the document if the precondition holds; new etag.
         The caller persists the rename (`fileio.fsync_directory`) before it reports success."""
         path = self._path(write.key)
-        if write.expected != ANY and not _holds(write.key, write.expected, fileio.read_head(path)):
+        expected = write.expected
+        if expected != ANY and not _holds(write.key, expected, fileio.read_head(path), now):
             return None
         etag = uuid.uuid4().hex
         raw = wrap(write.key, write.data, etag, expires_at=expires_at)
         fileio.replace_file(path, raw, tag=self._locks.stripe(write.key))
         return etag
 
-    def _remove_expired_locked(self, key: str) -> None:
+    def _remove_expired_locked(self, key: str, now: float) -> None:
         path = self._path(key)
         head = fileio.read_head(path)
-        if head is not None and head.key == key and expired(head.expires_at):
+        if head is not None and head.key == key and expired(head.expires_at, now):
             fileio.remove_durably(path)
 
     def _path_of(self, key: str) -> Path:
@@ -271,12 +275,13 @@ def _checked_root(root: object) -> Path:
     return absolute
 
 
-def _holds(key: str, expected: str | None, head: Head | None) -> bool:
-    """Whether a precondition holds on the head of `key`'s file; an expired document counts as
-    absent, and one naming another key (a copied file) as present in an unknown format."""
+def _holds(key: str, expected: str | None, head: Head | None, now: float) -> bool:
+    """Whether a precondition holds on the head of `key`'s file; a document expired at `now`
+    counts as absent, and one naming another key (a copied file) as present in an unknown
+    format."""
     if head is not None and head.key != key:
         return precondition_holds(expected, "")  # "": present, in an unknown format
-    if head is None or expired(head.expires_at):
+    if head is None or expired(head.expires_at, now):
         return precondition_holds(expected, None)
     return precondition_holds(expected, head.etag or "")
 

@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +26,7 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state.backends import Storage
+from agent_state.backends import Outcomes, PreparedWrite, Storage, _commit
 from tests.lifecycle.support import AGENT, CHANNEL, activity, application, leftovers
 from tests.stores import SHARED, STORES
 
@@ -127,3 +129,40 @@ async def test_a_forget_killed_half_way_is_finished_by_the_next_reader(
             [line async for line in export_user(storage, CHANNEL, "ada.l")]
         assert await leftovers(storage, "ada.l", texts) == []
         assert user_key(CHANNEL, "bob") in await storage.read([user_key(CHANNEL, "bob")])
+
+
+INTENTS = [name for name in STORES if name in ("file", "redis-cluster", "blob", "cosmos")]
+"""The stores that commit a batch across their atomic units through intents (`_commit`)."""
+
+
+@pytest.mark.parametrize("name", INTENTS)
+async def test_a_reader_settling_a_dead_commit_after_the_forget_puts_nothing_back(
+    name: str, tmp_path: object
+) -> None:
+    """A writer died after replacing the user's session by its intent (which holds the
+    session as it was): a reader that met the intent before the forget, and puts the session
+    back only after the forget returned, must not bring it back."""
+    async with open_storage(STORES[name](str(tmp_path))) as storage:
+        texts = await seed(storage)
+        bucket = session_key(CHANNEL, "c2", "ada.l", agent=AGENT)
+        current = (await storage.read([bucket]))[bucket]
+        change = PreparedWrite(bucket, b"{}", {}, current.etag, storage.group_of(bucket), None)
+        late = time.time() - 1  # the reader aborts it at once
+        intent = _commit._intent(storage, change, current, uuid.uuid4().hex, False, late)
+        await storage._write([intent], {})
+        write = storage._write
+
+        async def put_back_after_the_forget(
+            writes: list[PreparedWrite], outcomes: Outcomes
+        ) -> None:
+            if any(w.key == bucket and _commit.INTENT.encode() not in w.data for w in writes):
+                del storage._write  # the reader's put-back: the forget runs to its end first
+                assert (await forget_user(storage, CHANNEL, "ada.l")).documents > 0
+            await write(writes, outcomes)
+
+        storage._write = put_back_after_the_forget  # type: ignore[method-assign]
+        try:
+            assert await storage.read([bucket]) == {}
+        finally:
+            storage.__dict__.pop("_write", None)
+        assert await leftovers(storage, "ada.l", texts) == []
