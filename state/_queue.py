@@ -39,20 +39,26 @@ class Carried:
     """What one holder of a carrying queue knows of its documents, for the next holder.
 
     `received` is what the previous holder handed on, used once: by the hold's first read
-    (`reader`), and only when it covers every key of that read. `known` is what the hold's
-    latest turn read (its load: one read's result) or committed: after a commit, only the
-    keys the commit wrote or checked, each at the version the commit saw, so what is handed
-    on is the state of one instant, as a read could have returned it. While a turn waits, a
-    commit on a store with atomic batches also checks the other keys known (`checks`), so
-    the whole read is handed on. Only documents whose bytes are known, without a TTL, count.
+    (`reader`), and only when it covers every key of that read. What is known is what the
+    hold's latest turn read (its load: one read's result) or committed: after a commit, only
+    the keys the commit wrote or checked, each at the version the commit saw, so what is
+    handed on is the state of one instant, as a read could have returned it. While a turn
+    waits, a commit on a store with atomic batches also checks the other keys known
+    (`checks`), so the whole read is handed on; a commit while none waits hands on nothing.
+    Only documents whose bytes are known, without a TTL, count. A turn nobody waits for
+    only keeps a reference to its read (`_read`): the entries are made when a turn waits.
     """
 
-    __slots__ = ("received", "known", "_waiting")
+    __slots__ = ("received", "_known", "_read", "_waiting", "_storage_read", "_first")
 
     def __init__(self, received: Known | None, waiting: Callable[[], bool]) -> None:
         self.received = received
-        self.known: Known | None = {}
+        self._known: Known | None = {}
+        """What is known (with `_read` on top); None once handed on: later notes are dropped."""
+        self._read: tuple[Iterable[str], Mapping[str, StoreItem]] | None = None
         self._waiting = waiting
+        self._storage_read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]] | None
+        self._storage_read, self._first = None, False
 
     def reader(
         self, read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]
@@ -60,39 +66,39 @@ class Carried:
         """`read` (a storage's) for a turn starting now: its first call (the turn's load) is
         served from `received` when that covers the keys, and what it returns becomes what
         is known (the turn's later reads are not noted: known is one read's result)."""
-        if self.known is not None:
-            self.known = {}
-        first = True
+        self._storage_read, self._first = read, True
+        return self._carried_read
 
-        async def carried_read(keys: Iterable[str]) -> dict[str, StoreItem]:
-            nonlocal first
-            if not first:
-                return await read(keys)
-            first = False
-            if not isinstance(keys, (tuple, list)):
-                keys = list(keys)
-            received, self.received = self.received, None
-            found = _served(received, keys) if received is not None else None
-            if found is None:
-                found = await read(keys)
-            self._note_read(keys, found)
-            return found
+    async def _carried_read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        read = self._storage_read
+        assert read is not None
+        if not self._first:
+            return await read(keys)
+        self._first = False
+        if not isinstance(keys, (tuple, list)):
+            keys = list(keys)
+        received, self.received = self.received, None
+        found = _served(received, keys) if received is not None else None
+        if found is None:
+            found = await read(keys)
+        if self._known is not None:  # the items' bytes and versions never change: entries later
+            self._known, self._read = {}, (keys, found)
+        return found
 
-        return carried_read
-
-    def _note_read(self, keys: Iterable[str], found: Mapping[str, StoreItem]) -> None:
-        """Note the result of a read of `keys` (before the turn edits anything of it)."""
-        known = self.known
-        if known is None:
-            return
+    def _entries(self) -> Known | None:
+        """What is known, the latest read's entries made now if they are not yet."""
+        known, noted = self._known, self._read
+        if known is None or noted is None:
+            return known
+        self._read = None
+        keys, found = noted
         for key in keys:
             item = found.get(key)
             if item is None:
                 known[key] = None
-            elif item.data is None or item.ttl is not None or item.etag is None:
-                known.pop(key, None)
-            else:
+            elif item.data is not None and item.ttl is None and item.etag is not None:
                 known[key] = (item.data, item.etag)
+        return known
 
     def checks(
         self, changes: Mapping[str, StoreItem], unchanged: Mapping[str, str | None] | None
@@ -100,8 +106,10 @@ class Carried:
         """Read checks a commit adds so that everything known is handed on at the commit's
         instant: the known keys it neither writes nor checks, at their known versions (None:
         still absent); none unless a turn waits for the queue."""
-        known = self.known
-        if not known or not self._waiting():
+        if not self._waiting():
+            return {}
+        known = self._entries()
+        if not known:
             return {}
         return {
             key: entry[1] if entry is not None else None
@@ -116,10 +124,15 @@ class Carried:
         unchanged: Mapping[str, str | None] | None,
     ) -> None:
         """Note a committed write: what is known from now on is each written key at its new
-        version and each checked key known at the version checked; nothing else."""
-        known = self.known
-        if known is None:
+        version and each checked key known at the version checked; nothing else (nothing at
+        all while no turn waits)."""
+        if self._known is None:
             return
+        if not self._waiting():
+            self._known, self._read = {}, None
+            return
+        known = self._entries()
+        assert known is not None
         after: Known = {}
         for key, etag in (unchanged or {}).items():
             entry = known.get(key, _UNKNOWN)
@@ -130,12 +143,18 @@ class Carried:
         for key, item in changes.items():
             if item.data is not None and item.ttl is None:
                 after[key] = (item.data, etags[key])
-        self.known = after
+        self._known = after
 
     def forget(self) -> None:
         """Drop what this hold knows: a failed turn (or one in doubt) hands nothing on."""
-        if self.known is not None:
-            self.known = {}
+        if self._known is not None:
+            self._known, self._read = {}, None
+
+    def hand_on(self) -> Known | None:
+        """What this hold hands the next one (None: nothing); later notes are dropped."""
+        known = self._entries()
+        self._known = self._read = None
+        return known or None
 
 
 def carried() -> Carried | None:
@@ -264,9 +283,9 @@ class _Place:
             if self._carried is not None:
                 assert self._carried_token is not None
                 _CARRIED.reset(self._carried_token)
-                known, self._carried.known = self._carried.known, None  # later notes: none
+                known = self._carried.hand_on()
                 self._carried = self._carried_token = None
-            self._hand_on(known or None)
+            self._hand_on(known)
 
     def _hand_on(self, known: Known | None) -> None:
         """Give the key (and `known`) to the first turn still waiting, or drop the empty
