@@ -109,7 +109,7 @@ class AgentApplication:
         self._before: list[Hook] = []
         self._after: list[Hook] = []
         self._on_error: ErrorHandler | None = None
-        self._queues = TurnQueues()
+        self._queues = TurnQueues(carry=True)
         self.turn_attempts = TURN_ATTEMPTS
         if dedup_retention is not None:
             _positive(dedup_retention, "dedup_retention")

@@ -24,7 +24,7 @@ from ._events import report
 from ._ids import TurnIds
 from ._keys import session_index_key
 from ._plan import Declaration, Scopes
-from ._queue import TurnQueues
+from ._queue import TurnQueues, carried
 from ._retention import give_expiry
 from ._turn_state import TurnState
 from .backends import ConflictError, Storage, StoreItem
@@ -96,14 +96,24 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
         changes[key] = item
         if item.etag is None and item.ttl is None and (index := session_index_key(key)):
             changes[index[0]] = StoreItem({"session": index[1]}, "*")  # TTL'd: `give_expiry`'s
+    carrying = carried()  # in a carrying queue: the next turn may start from this commit
+    checks: dict[str, str | None] = {}
+    if carrying is not None and storage.atomic_batches:
+        checks = carrying.checks(changes, changes.unchanged)
+        if checks:  # so that all it knows is handed on as of this commit
+            changes.unchanged = {**(changes.unchanged or {}), **checks}
     unchanged = changes.unchanged
     try:
         etags = await storage.write(changes, unchanged=unchanged)
     except ConflictError as exc:
+        if carrying is not None:
+            carrying.forget()  # a merge's next write checks only what the turn read
         keys = list(dict.fromkeys(_renewed(key, renewals, pending) for key in exc.keys))
-        scopes = [_kind(key, pending, read) for key in keys]
+        scopes = ["unused" if key in checks else _kind(key, pending, read) for key in keys]
         report("conflict", scopes=scopes, keys=len(keys))
         raise StateConflictError(keys, scopes=scopes) from exc
+    if carrying is not None:
+        carrying.wrote(changes, etags, unchanged)
     for key, (document, _) in pending.items():
         document.mark_saved(etags[key])
 
@@ -250,15 +260,16 @@ class _OpenTurn:
         """The turn's state once loaded."""
 
     async def __aenter__(self) -> TurnState:
-        state = self.state = TurnState(
-            self._ids, self._plan, read=self._storage.read, declared=self._declared
-        )
+        carrying = carried()  # in a carrying queue: the first read may be what was handed on
+        read = self._storage.read if carrying is None else carrying.reader(self._storage.read)
+        state = self.state = TurnState(self._ids, self._plan, read=read, declared=self._declared)
         await state.load(self._extra)  # `read_turn`, inline: every turn enters this
         return state
 
     async def __aexit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         state = self.state
         assert state is not None
+        saved = False
         try:
             if kind is None and not state.discarded:  # `save_merging`, inline: every turn
                 documents = state.stored_documents()
@@ -266,8 +277,11 @@ class _OpenTurn:
                     await save_documents(self._storage, documents)
                 except StateConflictError as exc:
                     await _merge(self._storage, documents, exc, self._retries)
+            saved = kind is None and not state.discarded
         finally:
             state.close()
+            if not saved and (carrying := carried()) is not None:
+                carrying.forget()  # a failed or discarded turn hands nothing on
 
 
 async def run_turn(

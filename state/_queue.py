@@ -4,35 +4,193 @@ Turns that share buckets would otherwise conflict and run again; queued, they ne
 A queue exists only while a turn holds or waits for it, so idle conversations cost nothing.
 A turn started from inside a turn of the same key (a handler that processes another
 activity of its own conversation) does not wait for itself: it runs unqueued.
+
+With `carry`, a turn leaving hands the next turn of its key what it knows of its documents
+as last committed (`Carried`: the stored bytes and version of each key it read or wrote),
+so the next turn's first read of keys all covered by it needs no storage read. That turn's
+write stays conditional on those versions: a write by another process in between is a
+conflict, and the turn runs again on a fresh read. A failed turn hands on nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from contextvars import ContextVar, Token
+
+import orjson
+
+from .backends import StoreItem
+
+Known = dict[str, tuple[bytes, str] | None]
+"""Documents as last committed, by key: (stored JSON bytes, version), or None: absent."""
 
 _HELD: ContextVar[tuple[tuple[int, Hashable], ...]] = ContextVar(
     "agent_state_held_queues", default=()
 )
 """The queues the current turn (and the tasks it starts) holds: (id of TurnQueues, key)."""
+_CARRIED: ContextVar[Carried | None] = ContextVar("agent_state_carried", default=None)
+"""What the turns of the outermost carrying queue the current turn holds know (`Carried`)."""
+_UNKNOWN = object()
+
+
+class Carried:
+    """What one holder of a carrying queue knows of its documents, for the next holder.
+
+    `received` is what the previous holder handed on, used once: by the hold's first read
+    (`reader`), and only when it covers every key of that read. What is known is what the
+    hold's latest turn read (its load: one read's result) or committed: after a commit, only
+    the keys the commit wrote or checked, each at the version the commit saw, so what is
+    handed on is the state of one instant, as a read could have returned it. While a turn
+    waits, a commit on a store with atomic batches also checks the other keys known
+    (`checks`), so the whole read is handed on; a commit while none waits hands on nothing.
+    Only documents whose bytes are known, without a TTL, count. A turn nobody waits for
+    only keeps a reference to its read (`_read`): the entries are made when a turn waits.
+    """
+
+    __slots__ = ("received", "_known", "_read", "_waiting", "_storage_read", "_first")
+
+    def __init__(self, received: Known | None, waiting: Callable[[], bool]) -> None:
+        self.received = received
+        self._known: Known | None = {}
+        """What is known (with `_read` on top); None once handed on: later notes are dropped."""
+        self._read: tuple[Iterable[str], Mapping[str, StoreItem]] | None = None
+        self._waiting = waiting
+        self._storage_read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]] | None
+        self._storage_read, self._first = None, False
+
+    def reader(
+        self, read: Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]
+    ) -> Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]:
+        """`read` (a storage's) for a turn starting now: its first call (the turn's load) is
+        served from `received` when that covers the keys, and what it returns becomes what
+        is known (the turn's later reads are not noted: known is one read's result)."""
+        self._storage_read, self._first = read, True
+        return self._carried_read
+
+    async def _carried_read(self, keys: Iterable[str]) -> dict[str, StoreItem]:
+        read = self._storage_read
+        assert read is not None
+        if not self._first:
+            return await read(keys)
+        self._first = False
+        if not isinstance(keys, (tuple, list)):
+            keys = list(keys)
+        received, self.received = self.received, None
+        found = _served(received, keys) if received is not None else None
+        if found is None:
+            found = await read(keys)
+        if self._known is not None:  # the items' bytes and versions never change: entries later
+            self._known, self._read = {}, (keys, found)
+        return found
+
+    def _entries(self) -> Known | None:
+        """What is known, the latest read's entries made now if they are not yet."""
+        known, noted = self._known, self._read
+        if known is None or noted is None:
+            return known
+        self._read = None
+        keys, found = noted
+        for key in keys:
+            item = found.get(key)
+            if item is None:
+                known[key] = None
+            elif item.data is not None and item.ttl is None and item.etag is not None:
+                known[key] = (item.data, item.etag)
+        return known
+
+    def checks(
+        self, changes: Mapping[str, StoreItem], unchanged: Mapping[str, str | None] | None
+    ) -> dict[str, str | None]:
+        """Read checks a commit adds so that everything known is handed on at the commit's
+        instant: the known keys it neither writes nor checks, at their known versions (None:
+        still absent); none unless a turn waits for the queue."""
+        if not self._waiting():
+            return {}
+        known = self._entries()
+        if not known:
+            return {}
+        return {
+            key: entry[1] if entry is not None else None
+            for key, entry in known.items()
+            if key not in changes and (unchanged is None or key not in unchanged)
+        }
+
+    def wrote(
+        self,
+        changes: Mapping[str, StoreItem],
+        etags: Mapping[str, str],
+        unchanged: Mapping[str, str | None] | None,
+    ) -> None:
+        """Note a committed write: what is known from now on is each written key at its new
+        version and each checked key known at the version checked; nothing else (nothing at
+        all while no turn waits)."""
+        if self._known is None:
+            return
+        if not self._waiting():
+            self._known, self._read = {}, None
+            return
+        known = self._entries()
+        assert known is not None
+        after: Known = {}
+        for key, etag in (unchanged or {}).items():
+            entry = known.get(key, _UNKNOWN)
+            if entry is None and etag is None:
+                after[key] = None
+            elif isinstance(entry, tuple) and entry[1] == etag:
+                after[key] = entry
+        for key, item in changes.items():
+            if item.data is not None and item.ttl is None:
+                after[key] = (item.data, etags[key])
+        self._known = after
+
+    def forget(self) -> None:
+        """Drop what this hold knows: a failed turn (or one in doubt) hands nothing on."""
+        if self._known is not None:
+            self._known, self._read = {}, None
+
+    def hand_on(self) -> Known | None:
+        """What this hold hands the next one (None: nothing); later notes are dropped."""
+        known = self._entries()
+        self._known = self._read = None
+        return known or None
+
+
+def carried() -> Carried | None:
+    """The `Carried` of the carrying queue the current turn holds, if any."""
+    return _CARRIED.get()
+
+
+def _served(received: Known, keys: Iterable[str]) -> dict[str, StoreItem] | None:
+    """Fresh items of `keys` from what was handed on, or None unless it covers every key."""
+    keys = list(keys)
+    if not all(key in received for key in keys):
+        return None
+    found = {}
+    for key in keys:
+        entry = received[key]
+        if entry is not None:
+            found[key] = StoreItem(orjson.loads(entry[0]), entry[1], entry[0])
+    return found
 
 
 class TurnQueues:
-    """FIFO queues by key: a turn waits only when another holds its key."""
+    """FIFO queues by key: a turn waits only when another holds its key. With `carry`, each
+    turn leaving hands the next one what it knows of its documents (see the module doc)."""
 
-    __slots__ = ("_queues",)
+    __slots__ = ("_queues", "_carry")
 
-    def __init__(self) -> None:
-        self._queues: dict[Hashable, deque[asyncio.Future[None]] | None] = {}
+    def __init__(self, *, carry: bool = False) -> None:
+        self._queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None] = {}
         """Each held key's waiters (None until a turn waits: an uncontended turn makes no
         queue)."""
+        self._carry = carry
 
     def turn(self, key: Hashable) -> _Place:
         """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
         keys run concurrently."""
-        return _Place(self._queues, key)
+        return _Place(self._queues, key, self._carry)
 
     def __len__(self) -> int:
         """How many keys have a turn running or waiting."""
@@ -44,16 +202,22 @@ class _Place:
     that should not spend two coroutines on a key nobody else holds.
 
     The queue of a key is the deque of the turns waiting behind the one that holds it (None
-    while none waits); a turn leaving hands the key to the first waiter, or removes the queue
-    if none waits."""
+    while none waits); a turn leaving hands the key to the first waiter, with what its turns
+    know of their documents when the queues carry (the outermost carrying place of a turn
+    only: a place taken inside it carries nothing), or removes the queue if none waits."""
 
-    __slots__ = ("_queues", "_key", "_token")
+    __slots__ = ("_queues", "_key", "_token", "_carry", "_carried", "_carried_token")
 
     def __init__(
-        self, queues: dict[Hashable, deque[asyncio.Future[None]] | None], key: Hashable
+        self,
+        queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None],
+        key: Hashable,
+        carry: bool = False,
     ) -> None:
-        self._queues, self._key = queues, key
+        self._queues, self._key, self._carry = queues, key, carry
         self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
+        self._carried: Carried | None = None
+        self._carried_token: Token[Carried | None] | None = None
 
     async def __aenter__(self) -> None:
         place = self.take()
@@ -63,7 +227,7 @@ class _Place:
     async def __aexit__(self, *exc_info: object) -> None:
         self.leave()
 
-    def take(self) -> asyncio.Future[None] | None:
+    def take(self) -> asyncio.Future[Known | None] | None:
         """Hold the key if it is free (or already held by this turn) and return None; else
         join its queue and return the place to `wait` on."""
         held = _HELD.get()
@@ -80,35 +244,56 @@ class _Place:
             return place
         queues[key] = None
         self._token = _HELD.set((*held, mark))
+        if self._carry:
+            self._start_carrying(None)
         return None
 
-    async def wait(self, place: asyncio.Future[None]) -> None:
+    async def wait(self, place: asyncio.Future[Known | None]) -> None:
         """Wait until the key is handed to this turn (`take` returned `place`), then hold it."""
         waiting = self._queues[self._key]
         assert waiting is not None  # `take` queued `place` in it
         try:
-            await place
+            received = await place
         except BaseException:
             if place.done() and not place.cancelled():  # handed the key as it was cancelled
-                self._hand_on()
+                self._hand_on(place.result())
             elif place in waiting:
                 waiting.remove(place)
             raise
         self._token = _HELD.set((*_HELD.get(), (id(self._queues), self._key)))
+        if self._carry:
+            self._start_carrying(received)
+
+    def _start_carrying(self, received: Known | None) -> None:
+        """Carry for this turn unless a place it holds already does."""
+        if _CARRIED.get() is None:
+            self._carried = Carried(received, self._waited)
+            self._carried_token = _CARRIED.set(self._carried)
+
+    def _waited(self) -> bool:
+        """Whether a turn waits behind the one holding the key."""
+        return bool(self._queues.get(self._key))
 
     def leave(self) -> None:
         """Give up the key (a no-op for a turn that did not take it itself)."""
         if self._token is not None:
             _HELD.reset(self._token)
             self._token = None
-            self._hand_on()
+            known = None
+            if self._carried is not None:
+                assert self._carried_token is not None
+                _CARRIED.reset(self._carried_token)
+                known = self._carried.hand_on()
+                self._carried = self._carried_token = None
+            self._hand_on(known)
 
-    def _hand_on(self) -> None:
-        """Give the key to the first turn still waiting, or drop the empty queue."""
+    def _hand_on(self, known: Known | None) -> None:
+        """Give the key (and `known`) to the first turn still waiting, or drop the empty
+        queue."""
         waiting = self._queues[self._key]
         while waiting:  # None or empty: nobody waits
             place = waiting.popleft()
             if not place.done():
-                place.set_result(None)
+                place.set_result(known)
                 return
         del self._queues[self._key]

@@ -101,4 +101,5 @@ def test_contention_compares_one_conversation_with_independent_ones(
 ) -> None:
     assert len(verdicts(contention, f"{backend} counter: one conversation at")) == 1
     assert len(verdicts(contention, f"{backend} members: one conversation at")) == 1
+    assert f"{backend} counter: one conversation of one user at" in contention  # no target
     assert f"{backend}: 4 concurrent turns" in contention

@@ -11,12 +11,12 @@ import contextlib
 import re
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Connection, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
@@ -95,6 +95,11 @@ class RedisStorage(Storage):
         self._owns_client = owns_client
         self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
+        self._pool: ConnectionPool | None = None
+        """A plain client's pool: a lone command goes straight over one of its connections
+        (`_call`)."""
+        if type(client) is Redis and not client.single_connection_client:
+            self._pool = client.connection_pool
         if isinstance(client, RedisCluster):  # one connection per node and call at most
             per_node = client.nodes_manager.connection_kwargs.get("max_connections")
             self._slots = asyncio.Semaphore(per_node or DEFAULT_POOL_SIZE)
@@ -313,6 +318,8 @@ class RedisStorage(Storage):
         with _unavailable(action):
             async with self._connection():
                 if len(commands) == 1:
+                    if self._pool is not None:
+                        return [await self._call(self._pool, commands[0])]
                     try:
                         return [await self.client.execute_command(*commands[0])]
                     except ResponseError as exc:
@@ -321,6 +328,22 @@ class RedisStorage(Storage):
                 for command in commands:
                     pipe.execute_command(*command)  # the cluster pipeline blocks its evalsha
                 return await pipe.execute(raise_on_error=False)
+
+    async def _call(self, pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
+        """One command on a connection of a plain client's pool, its reply or error reply:
+        what `execute_command` does for us without its per-call layers (retries, which are
+        off, and redis-py's own metrics). The connection drops itself on any failure mid-way
+        (redis-py's rule), so it never returns to the pool holding an unread reply."""
+        take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
+        connection = await take()
+        try:
+            await connection.send_packed_command(connection.pack_command(*command))
+            try:
+                return await connection.read_response()
+            except ResponseError as exc:
+                return exc
+        finally:
+            await pool.release(connection)
 
     def _connection(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Where a call may run: at once on a standalone server (its pool does its own

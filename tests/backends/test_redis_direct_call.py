@@ -1,0 +1,52 @@
+"""A lone command of a plain Redis client goes straight over a pooled connection: a call
+cancelled at any point gives the connection back, and never leaves a reply on it for the
+next call (one connection in the pool, so a kept one would make every next call wait)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from agent_state import open_storage
+from agent_state.backends import RedisStorage, StoreItem
+from tests.backends.conformance.harness_redis import STANDALONE_URL, remove_namespace
+from tests.conftest import server_missing
+
+
+@pytest.fixture
+async def one_connection() -> AsyncIterator[RedisStorage]:
+    """A storage whose pool has one connection, so every call reuses it."""
+    url = os.environ.get(STANDALONE_URL)
+    if not url:
+        server_missing(f"Redis (${STANDALONE_URL} is not set)")
+    storage = open_storage(url, namespace=uuid.uuid4().hex, pool_size=1)
+    assert isinstance(storage, RedisStorage)
+    yield storage
+    await remove_namespace(storage)
+    await storage.close()
+
+
+async def test_a_cancelled_call_gives_its_connection_back_with_no_reply_left_on_it(
+    one_connection: RedisStorage,
+) -> None:
+    storage = one_connection
+    keys = ["app/one", "app/two"]
+    await storage.write({key: StoreItem({"name": key}, None) for key in keys})
+    cancelled = 0
+    for attempt in range(60):
+        key, other = keys[attempt % 2], keys[1 - attempt % 2]
+        call = asyncio.create_task(storage.read([key]))
+        for _ in range(attempt % 6):  # cancel it at a different step each time
+            await asyncio.sleep(0)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+        cancelled += call.cancelled()
+        found = await storage.read([other])  # the same connection (or a fresh one)
+        assert found[other].value == {"name": other}
+    assert cancelled > 0  # some calls were cut off mid-way, not only before they began

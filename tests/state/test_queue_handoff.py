@@ -1,0 +1,230 @@
+"""The queue's hand-off: a turn leaving hands the next turn of its conversation what it just
+committed, so that turn reads nothing it already knows; every guarantee stays (real stores)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from agent_state import AgentApplication, TurnContext, TurnState, conversation_key, open_storage
+from agent_state.backends import Storage, StoreItem
+from tests.stores import STORES
+
+CONVERSATION = conversation_key("test", "c1")
+
+
+def message(i: int, *, user: str = "ada", activity_id: str | None = None) -> dict[str, Any]:
+    activity: dict[str, Any] = {"type": "message", "channelId": "test", "text": f"hi {i}",
+                                "from": {"id": user}, "conversation": {"id": "c1"}}  # fmt: skip
+    if activity_id is not None:
+        activity["id"] = activity_id
+    return activity
+
+
+@pytest.fixture(params=["memory", "file", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    return STORES[request.param](str(tmp_path))
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[Storage]:
+    storage = open_storage(url)
+    yield storage
+    await storage.close()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def atomic_store(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Storage]:
+    """The stores whose write batches are atomic: a commit there hands on the whole read."""
+    storage = open_storage(STORES[request.param](str(tmp_path)))
+    assert storage.atomic_batches
+    yield storage
+    await storage.close()
+
+
+def count_reads(storage: Storage) -> list[int]:
+    """Count the storage reads made through this very storage object."""
+    reads = [0]
+    read = storage.read
+
+    async def counted(keys: Any) -> dict[str, StoreItem]:
+        reads[0] += 1
+        return await read(keys)
+
+    storage.read = counted  # type: ignore[method-assign]
+    return reads
+
+
+def after_writes(storage: Storage, then: Callable[[int], Awaitable[None]]) -> None:
+    """Run `then(n)` right after the storage's n-th write returned (from 1)."""
+    write = storage.write
+    done = [0]
+
+    async def hooked(*args: Any, **kwargs: Any) -> dict[str, str]:
+        etags = await write(*args, **kwargs)
+        done[0] += 1
+        await then(done[0])
+        return etags
+
+    storage.write = hooked  # type: ignore[method-assign]
+
+
+def counter(storage: Storage, ran: list[int] | None = None) -> AgentApplication:
+    app = AgentApplication(storage, app_name="bot")
+
+    @app.message()
+    async def count(ctx: TurnContext, state: TurnState) -> None:
+        if ran is not None:
+            ran.append(ctx.attempt)
+        n = state.get("conversation.count", 0) + 1
+        await asyncio.sleep(0)  # let the other turns arrive and queue (memory never suspends)
+        state["conversation:count"] = n
+        state["user:turns"] = state.get("user.turns", 0) + 1
+        await ctx.send(f"count {n}")
+
+    return app
+
+
+async def stored(storage: Storage, key: str) -> dict[str, Any]:
+    return (await storage.read([key]))[key].value
+
+
+async def test_a_queued_chain_of_changed_turns_reads_the_storage_once(
+    atomic_store: Storage,
+) -> None:
+    app = counter(atomic_store)
+    reads = count_reads(atomic_store)
+    replies = await asyncio.gather(
+        *(app.process(message(i, activity_id=f"a{i}")) for i in range(20))
+    )
+    assert reads[0] == 1  # the first turn's; each next one started from its predecessor's commit
+    assert [r[0].text for r in replies] == [f"count {i}" for i in range(1, 21)]
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 20
+    assert (await stored(atomic_store, "test/users/ada"))["turns"] == 20
+
+
+async def test_a_queued_chain_of_read_only_turns_reads_the_storage_once(store: Storage) -> None:
+    await store.write({CONVERSATION: StoreItem({"topic": "x"}, None)})
+    app = AgentApplication(store, app_name="bot")
+
+    @app.message()
+    async def read_only(ctx: TurnContext, state: TurnState) -> None:
+        await asyncio.sleep(0)  # let the other turns arrive and queue
+        await ctx.send(str(state.get("conversation.topic")))
+
+    reads = count_reads(store)
+    replies = await asyncio.gather(*(app.process(message(i)) for i in range(10)))
+    assert reads[0] == 1  # nothing written: each turn hands on the one read it started from
+    assert [r[0].text for r in replies] == ["x"] * 10
+
+
+async def test_a_write_from_another_process_between_two_queued_turns_is_not_lost(
+    store: Storage, url: str
+) -> None:
+    shared = url != "memory://"  # memory: the other writer is a job on the same store
+    other = open_storage(url) if shared else store
+
+    async def foreign_increment(n: int) -> None:
+        if n == 1:  # right after the first turn's commit, before the next turn starts
+            item = (await other.read([CONVERSATION]))[CONVERSATION]
+            value = {**item.value, "count": item.value["count"] + 100}
+            await other.write({CONVERSATION: StoreItem(value, item.etag)})
+
+    ran: list[int] = []
+    app = counter(store, ran)
+    after_writes(store, foreign_increment)
+    replies = await asyncio.gather(
+        *(app.process(message(i, activity_id=f"a{i}")) for i in range(3))
+    )
+    assert (await stored(store, CONVERSATION))["count"] == 103  # no update lost
+    assert [r[0].text for r in replies] == ["count 1", "count 102", "count 103"]
+    # where the turn after it started from the first turn's commit, it ran again on a fresh
+    # read (a file commit hands on only what it wrote: that turn read the store)
+    assert ran.count(2) == (1 if store.atomic_batches else 0)
+    if shared:
+        await other.close()
+
+
+async def test_a_redelivery_queued_behind_its_first_delivery_gets_the_first_replies(
+    atomic_store: Storage,
+) -> None:
+    ran: list[int] = []
+    app = counter(atomic_store, ran)
+    reads = count_reads(atomic_store)
+    first, again = await asyncio.gather(
+        app.process(message(1, activity_id="same")), app.process(message(1, activity_id="same"))
+    )
+    assert [r.text for r in again] == [r.text for r in first] == ["count 1"]
+    assert ran == [1]  # the evidence travelled in the handed-on document: the handler ran once
+    assert reads[0] == 1
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 1
+
+
+async def test_a_failed_turn_hands_nothing_on(atomic_store: Storage) -> None:
+    app = AgentApplication(atomic_store, app_name="bot")
+
+    @app.message()
+    async def maybe_fail(ctx: TurnContext, state: TurnState) -> None:
+        state["conversation:count"] = state.get("conversation.count", 0) + 1
+        await asyncio.sleep(0)  # let the other turns arrive and queue
+        if ctx.activity.text == "hi 1":
+            raise RuntimeError("handler failed")
+
+    reads = count_reads(atomic_store)
+    results = await asyncio.gather(
+        *(app.process(message(i, activity_id=f"a{i}")) for i in range(3)), return_exceptions=True
+    )
+    assert isinstance(results[1], RuntimeError)
+    assert reads[0] == 2  # the turn after the failed one read the storage again
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 2
+
+
+async def test_the_next_turn_shares_no_object_with_the_turn_before(atomic_store: Storage) -> None:
+    app = AgentApplication(atomic_store, app_name="bot")
+    leaked: list[list[int]] = []
+
+    @app.message()
+    async def append(ctx: TurnContext, state: TurnState) -> None:
+        items = state.get("conversation.items")
+        if items is None:
+            state.set("conversation.items", [])
+            items = state.get("conversation.items")
+        items.append(len(items))
+        leaked.append(items)
+        await asyncio.sleep(0)  # let the other turns arrive and queue
+        await ctx.send(str(items))
+
+    async def edit_the_leaked_list(n: int) -> None:
+        leaked[-1].append(-1)  # after the commit, before the next turn starts from it
+
+    after_writes(atomic_store, edit_the_leaked_list)
+    replies = await asyncio.gather(
+        *(app.process(message(i, activity_id=f"a{i}")) for i in range(3))
+    )
+    assert [r[0].text for r in replies] == ["[0]", "[0, 1]", "[0, 1, 2]"]
+    assert (await stored(atomic_store, CONVERSATION))["items"] == [0, 1, 2]
+
+
+async def test_a_bucket_changed_by_another_writer_while_a_turn_waits_costs_no_rerun(
+    atomic_store: Storage,
+) -> None:
+    app_key = "app/bot"
+    ran: list[int] = []
+    app = AgentApplication(atomic_store, app_name="bot")
+
+    @app.message()
+    async def count(ctx: TurnContext, state: TurnState) -> None:
+        ran.append(ctx.attempt)
+        n = state.get("conversation.count", 0) + 1
+        await asyncio.sleep(0)  # the other turns queue behind this one
+        if n == 1:  # another writer changes the app bucket, which no turn uses
+            await atomic_store.write({app_key: StoreItem({"flag": True}, None)})
+        state["conversation:count"] = n
+
+    await asyncio.gather(*(app.process(message(i, activity_id=f"a{i}")) for i in range(3)))
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 3
+    assert (await stored(atomic_store, app_key)) == {"flag": True}
+    assert ran == [1, 1, 1]  # the commit's check of the unused bucket failed; its write went on
