@@ -413,6 +413,8 @@ async def read_stretch(
     collected: list[Entry] = []
     if start < 0:
         collected += _sorted(head["top"])
+        if after is not None:
+            collected = [entry for entry in collected if order(entry) > order(after)]
     positions = [start] if start >= 0 else []  # after the cursor: some of it, unknown how much
     needed, at = limit + 1 - len(collected), start + 1
     while at < len(directory) and needed > 0 and len(positions) < LIST_PAGES:
