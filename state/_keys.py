@@ -297,7 +297,8 @@ def _parse_record(scope: ParsedKey, rest: list[str]) -> ParsedKey | None:
             return None
         app = unescape_segment(rest[1]) if len(rest) == 3 else None
         return ParsedKey("user", scope.channel, user=scope.user, app=app,
-                         namespace=scope.namespace, kind="agui_thread_page", record=number)  # fmt: skip
+                         namespace=scope.namespace, kind="agui_thread_page",
+                         record=number)  # fmt: skip
     if len(rest) == 1:
         kind, record = known.get((rest[0], False)), None
     elif len(rest) == 2:
