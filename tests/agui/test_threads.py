@@ -3,7 +3,11 @@ and Redis: a user's threads read without running the agent, listed newest first 
 renamed and deleted, each behind the owner check; a delete is all-or-nothing (one killed half
 way leaves a thread gone to every route, which the next DELETE finishes; a run committing
 meanwhile is refused); a long thread's last page read with the same storage reads as a
-short one's; a reconnect after the run's events left the log is 410."""
+short one's; a reconnect after the run's events left the log is 410. The list comes from the
+user's thread index, on every backend: a page of a user's many threads costs the reads of a
+page of ten, paging visits each unchanged thread once, newest first, while others change;
+concurrent runs of two threads both land in it; delete, forget and an expired session leave
+no entry of the thread."""
 
 from __future__ import annotations
 
@@ -591,3 +595,26 @@ async def test_bad_cursors_and_limits_are_refused() -> None:
         refused = await client.request("GET", f"/threads?{query}")
         assert refused.status_code == 422, (query, refused.text)
         assert set(refused.json()) == {"detail"}
+
+
+async def test_a_delete_whose_mark_meets_another_threads_run_in_the_index_tries_again(
+    storage: Storage,
+) -> None:
+    client = Client(endpoint(storage))
+    for thread in ("t1", "t2"):
+        await client.run(thread, f"{thread}-r1")
+    raced = asyncio.Event()
+
+    class Racing(type(storage)):  # type: ignore[misc]
+        async def write(self, changes: Mapping[str, StoreItem], **options: Any) -> Any:
+            if not raced.is_set() and any("deleting" in i.value for i in changes.values()):
+                raced.set()  # another thread's run commits to the user's index first
+                await client.run("t2", "t2-r2")
+            return await super().write(changes, **options)
+
+    storage.__class__ = Racing
+    assert (await client.request("DELETE", "/threads/t1")).status_code == 204
+    assert raced.is_set()
+    assert [t["threadId"] for t in (await listing(client, "ada", 10))["threads"]] == ["t2"]
+    entries = await index_entries(storage, "ada")
+    assert list(entries) == ["t2"] and len(entries["t2"]) == 1

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agent_state import ParsedKey, parse_key, thread_index_key, user_key, write_group
 from agent_state.agui._thread_index import (
     LIST_PAGES,
     PAGE,
@@ -21,7 +22,7 @@ from agent_state.agui._thread_index import (
     order,
     read_stretch,
 )
-from agent_state.backends import ConflictError, MemoryStorage, Storage
+from agent_state.backends import ConflictError, InvalidKeyError, MemoryStorage, Storage
 
 KEYS = IndexKeys.of("agui", "ada", "planner", None)
 
@@ -140,3 +141,24 @@ class Counting(MemoryStorage):
         keys = list(keys)
         self.calls, self.keys = self.calls + 1, self.keys + len(keys)
         return await self.inner.read(keys)
+
+
+def test_index_keys_are_the_users_own_and_parse_back() -> None:
+    root = user_key("agui", "a/b", namespace="ns")
+    head, page = thread_index_key(root, "my app"), thread_index_key(root, "my app", 12)
+    assert head == "ns/agui/users/a%2Fb/agui-threads/my%20app"
+    assert page == "ns/agui/users/a%2Fb/agui-thread-pages/my%20app/12"
+    assert parse_key(head, namespace="ns") == ParsedKey(
+        "user", "agui", user="a/b", namespace="ns", kind="agui_threads", record="my app"
+    )
+    assert parse_key(page, namespace="ns") == ParsedKey(
+        "user", "agui", user="a/b", app="my app", namespace="ns", kind="agui_thread_page",
+        record="12",
+    )  # fmt: skip
+    assert parse_key(thread_index_key(root, None, 0), namespace="ns").kind == "agui_thread_page"
+    assert write_group(page) == page and write_group(head) == head  # the user's, not a thread's
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InvalidKeyError):
+            thread_index_key(root, None, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidKeyError):
+        parse_key(f"{root}/agui-thread-pages/01", namespace="ns")
