@@ -146,9 +146,8 @@ class Edit:
                 pass  # into the head
             elif at + 1 < len(pages) and counts[at + 1] + left <= PAGE:
                 wanted[pages[at + 1][0]] = None
-        free = list(head["free"])
-        for number in range(min(grown, 1)):  # one insert spills or splits at most once
-            wanted[free[number] if number < len(free) else int(head["next"])] = None
+        if grown:  # the new page of a spill or split (one at most): a freed number first
+            wanted[head["free"][0] if head["free"] else int(head["next"])] = None
         return list(wanted)
 
     def apply(self, head: dict[str, Any], pages: dict[int, dict[str, Any]]) -> set[int]:
