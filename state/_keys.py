@@ -23,6 +23,8 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | agui_thread     | `S/agui-thread`                            | `C`                  |
 | user_session    | `N/{channel}/users/{user}/sessions/{conv}` | the key itself       |
 | user_forgetting | `N/{channel}/users/{user}/forgetting`      | the key itself       |
+| agui_threads    | `U/agui-threads`, `U/agui-threads/{app}`   | the key itself       |
+| agui_thread_page| `U/agui-thread-pages[/{app}]/{n}`          | the key itself       |
 
 So a turn's conversation, session and every record it writes beside them commit in one
 write group (one Redis slot, one Cosmos DB partition). The evidence of processed activities
@@ -32,6 +34,8 @@ written in the same all-or-nothing batch
 as the session bucket, history head or AG-UI document that starts a session
 (`session_index_key`), so `forget_user` finds a user's sessions by listing the user's own
 keys; `user_forgetting` marks a forget under way until it is done (see `state/_forget.py`).
+`U` = `N/{channel}/users/{user}`; `agui_threads` is the head of a user's AG-UI thread index
+of one agent (newest first, `state/agui/_thread_index.py`), `agui_thread_page` its older pages.
 """
 
 from __future__ import annotations
@@ -213,6 +217,18 @@ def session_members(session: str) -> tuple[str, str, str | None]:
     return f"{session}/", "/".join((*parts[:-2], "agui-owner")), f"{session}/agents/"
 
 
+def thread_index_key(user: str, agent: str | None = None, page: int | None = None) -> str:
+    """`U/agui-threads` (`U/agui-threads/{agent}` for an agent's threads) for the user key
+    `user`: the head of the user's AG-UI thread index; with `page`,
+    `U/agui-thread-pages[/{agent}]/{page}`: one of its older pages."""
+    agent_part = () if agent is None else (escape_segment(agent, what="app name"),)
+    if page is None:
+        return "/".join((user, "agui-threads", *agent_part))
+    if type(page) is not int or page < 0:
+        raise InvalidKeyError(f"an index page is a number >= 0, got {page!r:.40}")
+    return "/".join((user, "agui-thread-pages", *agent_part, str(page)))
+
+
 def forgetting_key(user: str) -> str:
     """`U/forgetting` for the user key `user`: present while a forget of that user is under way."""
     return f"{user}/forgetting"
@@ -244,7 +260,8 @@ def parse_key(key: str, *, namespace: str | None = None) -> ParsedKey:
 
 _RECORDS: dict[str, dict[tuple[str, str | bool], str]] = {
     "conversation": {("agui-owner", False): "agui_owner", ("agui-owner", True): "agui_owner"},
-    "user": {("sessions", True): "user_session", ("forgetting", False): "user_forgetting"},
+    "user": {("sessions", True): "user_session", ("forgetting", False): "user_forgetting",
+             ("agui-threads", False): "agui_threads", ("agui-threads", True): "agui_threads"},
     "session": {("history", False): "history", ("history", "pages"): "history_page",
                 ("history", "ids"): "history_index", ("runs", True): "run",
                 ("agui", False): "agui_sent", ("agui-thread", False): "agui_thread"},
@@ -274,6 +291,14 @@ def _parse_scope(parts: list[str], namespace: str | None) -> ParsedKey | None:
 def _parse_record(scope: ParsedKey, rest: list[str]) -> ParsedKey | None:
     """The record `rest` names beside `scope`'s key, or None when it names none."""
     known = _RECORDS.get(scope.scope, {})
+    if scope.scope == "user" and rest[0] == "agui-thread-pages" and len(rest) in (2, 3):
+        number = rest[-1]
+        if not (number.isdigit() and str(int(number)) == number):
+            return None
+        app = unescape_segment(rest[1]) if len(rest) == 3 else None
+        return ParsedKey("user", scope.channel, user=scope.user, app=app,
+                         namespace=scope.namespace, kind="agui_thread_page",
+                         record=number)  # fmt: skip
     if len(rest) == 1:
         kind, record = known.get((rest[0], False)), None
     elif len(rest) == 2:

@@ -65,7 +65,6 @@ from .. import (
     model_messages,
     open_turn,
     thread,
-    thread_record_key,
 )
 from ..backends import InvalidKeyError, Storage, StorageError
 from ._agent_run import AgentRun
@@ -79,14 +78,7 @@ from ._server_errors import (
     ThreadOwnerError,
 )
 from ._thread_input import FORMAT, ThreadInput, read_input
-from ._threads import (
-    MAX_THREADS_PAGE,
-    ThreadRecord,
-    ThreadService,
-    check_title,
-    note_accepted,
-    note_finished,
-)
+from ._threads import MAX_THREADS_PAGE, ThreadService, check_title
 
 log = logging.getLogger("agent_state.agui.server")
 
@@ -283,20 +275,13 @@ class AGUIEndpoint(Generic[M]):
 
         async def check(turn: TurnState) -> dict[str, Any]:
             given: ThreadInput[Any] = await self._read(turn, run_input, claim=True)
-            (summary,) = await turn.fetch({self._summary_key(turn): ThreadRecord})
-            note_accepted(summary, run_input, self.clock())
+            await self.threads.accepted(turn, run_input)
             # kept: the messages the thread holds as one reference, and only the new ones
             new = {"through": given.through, "new": given.messages}
             return {**request, "messages": new}
 
         return await accept_run(self.storage, ids, run_input.run_id, request,
                                 history=self.history, check=check, **self._timing)  # fmt: skip
-
-    @staticmethod
-    def _summary_key(turn: TurnState) -> str:
-        key = turn.session.key
-        assert key is not None  # an AG-UI turn has a user and a thread
-        return thread_record_key(key)
 
     async def _drive(self, run: Run, run_input: RunAgentInput, run_log: RunLog) -> None:
         """Run the agent, its events going to the run's log, whoever follows it."""
@@ -323,7 +308,7 @@ class AGUIEndpoint(Generic[M]):
         async def attempt(turn: TurnState, number: int) -> tuple[MessagesSnapshotEvent, Any]:
             # again, on the state now: it may have changed since the run was accepted
             given: ThreadInput[Any] = await self._read(turn, run_input, claim=False)
-            (summary,) = await turn.fetch({self._summary_key(turn): ThreadRecord})
+            summary = await self.threads.finishing(turn)
             await turn.history.append(*given.messages)
             self.exposed.store(given.state, turn.session)
             view = self.exposed.view(given.state)
@@ -339,7 +324,7 @@ class AGUIEndpoint(Generic[M]):
             given.sent.value.update({"format": FORMAT, "sent": agent_run.sent,
                                      "last": messages[-1]["id"] if messages else None,
                                      "pending": agent_run.pending})  # fmt: skip
-            note_finished(summary, run_id, self.clock())
+            await self.threads.finished(turn, summary, run_id)
             snapshot = MessagesSnapshotEvent(messages=_MESSAGES.validate_python(messages))
             return snapshot, turn.temp.get("result")
 

@@ -6,11 +6,13 @@ recent runs), written with the runs' own turns: the accepting turn adds the run 
 one makes the record, titled after the first user message), the run's commit sets the
 updated time and the run's end. Reading a thread costs three reads however long its
 history is: the turn's buckets with the owner and summary records, the history head, then
-the last page of messages together with the recent runs' records. Listing reads the user's
-session index (`{channel}/users/{user}/sessions/`) and the summaries and owner records of
-those sessions, a batch at a time: proportional to the user's threads, not to the store.
-A delete marks the owner record `deleting` first (the thread is gone from then on) and
-deletes it last, so it is all-or-nothing (`ThreadService.delete`).
+the last page of messages together with the recent runs' records. The user's threads are
+kept in order in their thread index (`_thread_index.py`), changed in the same writes as the
+summaries' updated times, so a page of the list costs three reads however many threads the
+user has: the index's head, at most a few of its pages, then the page's summaries and owner
+records. A delete marks the owner record `deleting` first, in the write that takes the
+thread out of the index (the thread is gone from then on), and deletes it last, so it is
+all-or-nothing (`ThreadService.delete`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .. import (
     StateConflictError,
     TurnIds,
     TurnQueues,
+    TurnState,
     conversation_key,
     escape_segment,
     open_turn,
@@ -37,12 +40,12 @@ from .. import (
     session_key,
     thread_owner_key,
     thread_record_key,
-    unescape_segment,
     user_key,
 )
 from ..backends import ConflictError, Storage, StoreItem
 from ._exposed import ExposedState, M
 from ._server_errors import RunInputError, ThreadNotFoundError, ThreadOwnerError
+from ._thread_index import Edit, IndexKeys, edit_in_turn, edit_writes, read_stretch
 from ._thread_input import Owner
 
 FORMAT: Final = 1
@@ -53,7 +56,10 @@ MESSAGES_PAGE: Final = 50
 """Messages a thread read returns at most (the last ones, or those before `before`)."""
 MAX_THREADS_PAGE: Final = 100
 BATCH: Final = 100
-"""Summaries read at a time while listing."""
+"""Session documents deleted at a time."""
+MARK_ATTEMPTS: Final = 8
+"""Times a delete tries its first write again when another thread's change to the user's
+index got in first."""
 
 
 class ThreadRecord(Record):
@@ -229,33 +235,77 @@ class ThreadService(Generic[M]):
                 "before": cursor, "runs": listed}  # fmt: skip
 
     async def list(self, user: str, limit: int, cursor: str | None) -> dict[str, Any]:
-        """A page of the user's threads of this agent, the last updated first."""
+        """A page of the user's threads of this agent, the last updated first, from their
+        thread index: at most `limit`, after `cursor`. An index entry whose summary is gone
+        (its session expired) is left out and taken out of the index."""
         after = _decode_cursor(cursor) if cursor is not None else None
         if after is not None and not (
             len(after) == 2 and isinstance(after[0], (int, float)) and isinstance(after[1], str)
-        ):
+            and not isinstance(after[0], bool)
+        ):  # fmt: skip
             raise RunInputError("the cursor is not one this server gave")
-        prefix = user_key(self.channel, user, namespace=self.namespace) + "/sessions/"
-        threads = [unescape_segment(key[len(prefix) :]) async for key in self.storage.list(prefix)]
-        found: list[tuple[float, str, dict[str, Any]]] = []
-        for start in range(0, len(threads), BATCH):
-            batch = threads[start : start + BATCH]
-            keys = {thread_record_key(self._session(user, t)): t for t in batch}
-            owners = {t: self._owner_key(t) for t in batch}  # a thread being deleted is gone
-            items = await self.storage.read([*keys, *owners.values()])
-            for key, thread_id in keys.items():
-                value = items[key].value if key in items else None
-                owner = items.get(owners[thread_id])
-                if (isinstance(value, dict) and value.get("format") == FORMAT and owner
-                        and _live(owner.value, user)):  # fmt: skip
-                    found.append((float(value["updated"]), thread_id, value))
-        found.sort(key=lambda entry: (-entry[0], entry[1]))
-        if after is not None:
-            found = [e for e in found if (-e[0], e[1]) > (-float(after[0]), after[1])]
-        page = found[:limit]
-        more = len(found) > limit
-        return {"threads": [_summary(thread, value) for _, thread, value in page],
-                "next": _encode_cursor(page[-1][0], page[-1][1]) if more else None}  # fmt: skip
+        keys = self.index(user)
+        stretch = await read_stretch(self.storage, keys, limit,
+                                     (float(after[0]), after[1]) if after else None)  # fmt: skip
+        records = {t: thread_record_key(self._session(user, t)) for _, t in stretch.entries}
+        owners = {t: self._owner_key(t) for t in records}  # a thread being deleted is gone
+        items = await self.storage.read([*records.values(), *owners.values()]) if records else {}
+        threads, stale = [], []
+        for updated, thread_id in stretch.entries:
+            found = items.get(records[thread_id])
+            value = found.value if found is not None else None
+            if value is None or value.get("updated") != updated:
+                stale.append((updated, thread_id))  # expired, or an older entry of it
+            elif value.get("format") == FORMAT and _live(items.get(owners[thread_id]), user):
+                threads.append(_summary(thread_id, value))
+        if stale:
+            try:  # at the versions read: what changed meanwhile is left to the next listing
+                await self.storage.write(stretch.cleanup(keys, stale))
+            except ConflictError:
+                pass
+        last = stretch.entries[-1] if stretch.entries else None
+        return {"threads": threads,
+                "next": _encode_cursor(*last) if stretch.more and last else None}  # fmt: skip
+
+    def index(self, user: str) -> IndexKeys:
+        """The keys of the user's thread index of this agent."""
+        return IndexKeys.of(self.channel, user, self.app_name, self.namespace)
+
+    def _record_key(self, turn: TurnState) -> str:
+        key = turn.session.key
+        assert key is not None  # an AG-UI turn has a user and a thread
+        return thread_record_key(key)
+
+    async def accepted(self, turn: TurnState, run_input: RunAgentInput) -> None:
+        """In a run's accepting turn: the run listed in the thread's summary; a new thread
+        enters the user's index."""
+        (record,) = await turn.fetch({self._record_key(turn): ThreadRecord})
+        assert isinstance(record, ThreadRecord)
+        new = record.stored() is None
+        note_accepted(record, run_input, self.clock())
+        if new:
+            entry = (float(record.value["updated"]), run_input.thread_id)
+            await edit_in_turn(turn, self.index(str(turn.ids.user_id)), Edit(inserts=[entry]))
+
+    async def finishing(self, turn: TurnState) -> ThreadRecord:
+        """At the start of a run's committing turn: the thread's summary (the user's index
+        head read along, for `finished`)."""
+        head = self.index(str(turn.ids.user_id)).head
+        (record,) = await turn.fetch({self._record_key(turn): ThreadRecord}, along=[head])
+        assert isinstance(record, ThreadRecord)
+        return record
+
+    async def finished(self, turn: TurnState, record: ThreadRecord, run_id: str) -> None:
+        """In a run's committing turn: the thread was updated now (it moves to the front of
+        the user's index), and the run ended."""
+        before = record.stored()
+        thread_id = str(turn.ids.conversation_id)
+        edit = Edit()
+        if before is not None:
+            edit.removes.append((float(before["updated"]), thread_id))
+        note_finished(record, run_id, self.clock())
+        edit.inserts.append((float(record.value["updated"]), thread_id))
+        await edit_in_turn(turn, self.index(str(turn.ids.user_id)), edit)
 
     async def rename(self, user: str, thread_id: str, title: str) -> dict[str, Any]:
         """Give the thread a new title; its summary."""
@@ -266,31 +316,26 @@ class ThreadService(Generic[M]):
             owner, record = await turn.fetch({owner_key: Owner, record_key: ThreadRecord})
             _owned(owner.stored(), user)
             assert isinstance(record, ThreadRecord)
+            new = record.stored() is None
             value = _made(record, self.clock(), title)
             value["title"] = title
+            if new:  # its session expired but for the owner: it enters the index again
+                edit = Edit(inserts=[(float(value["updated"]), thread_id)])
+                await edit_in_turn(turn, self.index(user), edit)
             summary = _summary(thread_id, value)
         return summary
 
     async def delete(self, user: str, thread_id: str) -> None:
         """Delete the thread all-or-nothing (see docs/agui.md): mark its owner record
-        `deleting` (a write at the version read), then delete its session (state, history,
+        `deleting` (a write at the version read, taking the thread out of the user's index
+        in the same write), then delete its session (state, history,
         runs, records) and the user's index entry of the conversation when no other session
         of the user is in it, and last the owner record. From the mark on, the thread is
         gone to every route and a run's commit is refused (runs hold the owner record as a
         read check); a delete that finds the mark (one died half way) finishes it."""
         ids = self.ids(user, thread_id)
         session, owner_key = self._session(user, thread_id), self._owner_key(thread_id)
-        found = (await self.storage.read([owner_key])).get(owner_key)
-        value = found.value if found is not None else None
-        _owned(value, user, None)
-        assert found is not None and value is not None
-        etag = found.etag
-        if "deleting" not in value:
-            marked = {**value, "deleting": self.clock()}
-            try:
-                etag = (await self.storage.write({owner_key: StoreItem(marked, etag)}))[owner_key]
-            except ConflictError:  # another delete marked it first: this one may try again
-                raise StateConflictError([owner_key], scopes=[Owner.kind]) from None
+        etag = await self._mark(user, thread_id, session, owner_key)
         async with self.queues.turn(ids):  # this process's runs of the thread end first
             base = session_key(self.channel, thread_id, user, namespace=self.namespace)
             theirs = [key async for key in self.storage.list(base)]
@@ -308,10 +353,36 @@ class ThreadService(Generic[M]):
             except ConflictError:
                 pass  # another delete finished first
 
+    async def _mark(self, user: str, thread_id: str, session: str, owner_key: str) -> str | None:
+        """Mark the owner record `deleting` and take the thread out of the user's index in
+        one write (nothing when a delete marked it already); the owner record's version."""
+        keys, record_key = self.index(user), thread_record_key(session)
+        for attempt in range(MARK_ATTEMPTS):
+            found = await self.storage.read([owner_key, record_key, keys.head])
+            owner = found.get(owner_key)
+            value = owner.value if owner is not None else None
+            _owned(value, user, None)
+            assert owner is not None and value is not None
+            if "deleting" in value:
+                return str(owner.etag) if owner.etag is not None else None
+            summary = found.get(record_key)
+            updated = summary.value.get("updated") if summary is not None else None
+            edit = Edit(removes=[(float(updated), thread_id)] if updated is not None else [])
+            writes = await edit_writes(self.storage, keys, found.get(keys.head), edit)
+            writes[owner_key] = StoreItem({**value, "deleting": self.clock()}, owner.etag)
+            try:
+                etags: dict[str, str] = await self.storage.write(writes)
+                return etags[owner_key]
+            except ConflictError as exc:  # another delete marked it first: it may try again
+                if owner_key in exc.keys or attempt == MARK_ATTEMPTS - 1:
+                    raise StateConflictError([owner_key], scopes=[Owner.kind]) from None
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
-def _live(owner: Any, user: str) -> bool:
-    """Whether an owner record's value names `user` and no delete of the thread has begun."""
-    return isinstance(owner, dict) and owner.get("user") == user and "deleting" not in owner
+
+def _live(owner: StoreItem | None, user: str) -> bool:
+    """Whether an owner record names `user` and no delete of the thread has begun."""
+    value = owner.value if owner is not None else None
+    return isinstance(value, dict) and value.get("user") == user and "deleting" not in value
 
 
 def _owned(owner: dict[str, Any] | None, user: str,

@@ -3,7 +3,11 @@ and Redis: a user's threads read without running the agent, listed newest first 
 renamed and deleted, each behind the owner check; a delete is all-or-nothing (one killed half
 way leaves a thread gone to every route, which the next DELETE finishes; a run committing
 meanwhile is refused); a long thread's last page read with the same storage reads as a
-short one's; a reconnect after the run's events left the log is 410."""
+short one's; a reconnect after the run's events left the log is 410. The list comes from the
+user's thread index, on every backend: a page of a user's many threads costs the reads of a
+page of ten, paging visits each unchanged thread once, newest first, while others change;
+concurrent runs of two threads both land in it; delete, forget and an expired session leave
+no entry of the thread."""
 
 from __future__ import annotations
 
@@ -18,9 +22,10 @@ import pytest
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from agent_state import TurnIds, forget_user, open_storage, open_turn
+from agent_state import SessionState, TurnIds, forget_user, open_storage, open_turn
 from agent_state.agui import AgentRun, AGUIEndpoint, RunLogLimits
-from agent_state.backends import Storage, StorageError, StoreItem
+from agent_state.agui._thread_index import LIST_PAGES
+from agent_state.backends import MemoryStorage, Storage, StorageError, StoreItem
 from tests.agui.server_support import VALIDATOR, assert_valid_streams, store_contents
 from tests.stores import STORES
 
@@ -378,3 +383,238 @@ async def test_a_reconnect_past_the_retained_events_is_410(storage: Storage) -> 
     now[0] += 61  # the run ended over a minute ago on the endpoint's clock
     gone = await client.request("GET", path, headers={"last-event-id": "300"})
     assert gone.status_code == 410 and "not kept" in gone.json()["detail"]
+
+
+MANY = {"memory": 1_000, "redis": 150, "redis-cluster": 150, "file": 150, "blob": 150,
+        "cosmos": 150}  # fmt: skip
+"""Threads of the user with many, per backend: each is a real run (on Blob one costs about
+0.3 s here, and forgetting a thread on Redis scans the keyspace once), more than the head's
+100 newest, so older pages are read too."""
+
+
+class Calls:
+    """What a `counted` storage was asked while `on`: read calls and keys, list calls."""
+
+    def __init__(self) -> None:
+        self.reads = self.keys = self.lists = 0
+        self.on = False
+
+    def reset(self) -> None:
+        self.reads = self.keys = self.lists = 0
+        self.on = True
+
+
+def counted(storage: Storage) -> Calls:
+    """Make `storage` an instance of a subclass of its own backend class that counts its
+    read and list calls (the calls themselves go to the backend unchanged)."""
+    calls = Calls()
+
+    class Counted(type(storage)):  # type: ignore[misc]
+        async def read(self, keys: Any) -> Any:
+            keys = list(keys)
+            if calls.on:
+                calls.reads, calls.keys = calls.reads + 1, calls.keys + len(keys)
+            return await super().read(keys)
+
+        def list(self, prefix: str = "") -> Any:
+            if calls.on:
+                calls.lists += 1
+            return super().list(prefix)
+
+    storage.__class__ = Counted
+    return calls
+
+
+async def listing(client: Client, user: str, limit: int, cursor: str | None = None) -> Any:
+    path = f"/threads?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+    reply = await client.request("GET", path, user=user)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+async def every_page(client: Client, user: str, limit: int) -> list[str]:
+    """The thread ids of every page of the user's list, in the order given."""
+    seen, cursor = [], None
+    while True:
+        page = await listing(client, user, limit, cursor)
+        assert len(page["threads"]) <= limit
+        seen += [thread["threadId"] for thread in page["threads"]]
+        if page["next"] is None:
+            return seen
+        cursor = page["next"]
+
+
+async def index_entries(storage: Storage, user: str) -> dict[str, list[float]]:
+    """Every entry of the user's thread index in the store: thread id -> its times."""
+    found: dict[str, list[float]] = {}
+    prefix = f"agui/users/{user}/agui-thread"
+    keys = [key async for key in storage.list(prefix)]
+    for item in (await storage.read(keys)).values():
+        entries = {**item.value.get("top", {}), **item.value.get("entries", {})}
+        for thread, updated in entries.items():
+            found.setdefault(thread, []).append(updated)
+    return found
+
+
+@pytest.mark.parametrize("backend", list(MANY))
+async def test_a_page_of_many_threads_costs_what_a_page_of_ten_does_and_paging_is_exact(
+    backend: str, tmp_path: Path
+) -> None:
+    storage = open_storage(STORES[backend](str(tmp_path)))
+    client, many = Client(endpoint(storage)), MANY[backend]
+    for number in range(10):
+        await client.run(f"few-{number:04d}", f"few-r{number}", user="few")
+    for number in range(many):
+        await client.run(f"zed-{number:04d}", f"zed-r{number}", user="zed")
+    newest_first = [f"zed-{number:04d}" for number in reversed(range(many))]
+    deep, walked = None, 0  # a cursor past most of zed's threads: older pages hold them
+    while walked + 50 <= many - 40:
+        page = await listing(client, "zed", 50, deep)
+        deep, walked = page["next"], walked + len(page["threads"])
+    calls = counted(storage)
+    cost = {}
+    assert deep is not None
+    for name, user, cursor in (("few", "few", None), ("zed", "zed", None), ("deep", "zed", deep)):
+        calls.reset()
+        page = await listing(client, user, 20, cursor)
+        calls.on = False
+        assert len(page["threads"]) == min(20, 10 if user == "few" else many)
+        cost[name] = (calls.reads, calls.keys, calls.lists)
+    # the index head (the newest 100 threads are in it), the page's summaries and owners
+    assert cost["few"] == (2, 1 + 2 * 10, 0) and cost["zed"] == (2, 1 + 2 * 20, 0), cost
+    # past the head: its older pages too, a few in one read, whatever the number of threads
+    assert cost["deep"][0] == 3 and cost["deep"][1] <= 1 + LIST_PAGES + 2 * 20, cost
+    assert cost["deep"][2] == 0, cost
+
+    assert await every_page(client, "zed", 7) == newest_first  # each once, newest first
+    assert await every_page(client, "few", 100) == [f"few-{n:04d}" for n in reversed(range(10))]
+
+    oldest, middle = newest_first[-1], newest_first[many // 2]
+    await client.run(oldest, "again-1", user="zed")
+    await client.run(middle, "again-2", user="zed")
+    first = await listing(client, "zed", 3)
+    assert [thread["threadId"] for thread in first["threads"]][:2] == [middle, oldest]
+    read = (await client.request("GET", f"/threads/{middle}", user="zed")).json()
+    assert first["threads"][0] == {key: read[key] for key in
+                                   ("threadId", "title", "createdAt", "updatedAt")}  # fmt: skip
+
+    # a listing under way while threads change: one already listed and one not yet listed
+    # are updated between its pages; every other thread comes exactly once, in order
+    order = [middle, oldest, *[t for t in newest_first if t not in (middle, oldest)]]
+    seen: list[str] = []
+    page = await listing(client, "zed", 11)
+    seen += [thread["threadId"] for thread in page["threads"]]
+    listed, unlisted = seen[5], order[-4]
+    await client.run(listed, "again-3", user="zed")
+    await client.run(unlisted, "again-4", user="zed")
+    while page["next"]:
+        page = await listing(client, "zed", 11, page["next"])
+        seen += [thread["threadId"] for thread in page["threads"]]
+    assert seen == [thread for thread in order if thread != unlisted]
+    assert (await every_page(client, "zed", 50))[:2] == [unlisted, listed]
+
+    renamed = await client.request("PATCH", f"/threads/{order[7]}", user="zed",
+                                   body={"title": "Renamed"})  # fmt: skip
+    assert renamed.status_code == 200
+    titles = {t["threadId"]: t["title"] for t in (await listing(client, "zed", 20))["threads"]}
+    assert titles[order[7]] == "Renamed"
+    for gone in (order[7], order[-1]):  # one in the head, one on an older page
+        assert (await client.request("DELETE", f"/threads/{gone}", user="zed")).status_code == 204
+    assert not {order[7], order[-1]} & set(await every_page(client, "zed", 100))
+    entries = await index_entries(storage, "zed")
+    assert set(entries) == set(order) - {order[7], order[-1]}
+    assert all(len(times) == 1 for times in entries.values())  # one entry per thread
+
+    await forget_user(storage, "agui", "zed")
+    assert await listing(client, "zed", 20) == {"threads": [], "next": None}
+    everything = await store_contents(storage)
+    assert not [key for key, value in everything.items()
+                if "zed" in key or b"zed" in orjson.dumps(value)]  # fmt: skip
+    assert await every_page(client, "few", 3) == [f"few-{n:04d}" for n in reversed(range(10))]
+    await storage.close()
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("backend", list(STORES))
+async def test_concurrent_runs_of_two_threads_of_one_user_both_land_in_the_index(
+    backend: str, processes: int, tmp_path: Path
+) -> None:
+    storage = open_storage(STORES[backend](str(tmp_path)))
+    started, both = [0], asyncio.Event()
+
+    async def together(run: AgentRun[Plan]) -> None:
+        await planner(run)
+        started[0] += 1
+        if started[0] >= 2:
+            both.set()
+        await both.wait()  # both runs commit at about the same time
+
+    first = Client(endpoint(storage, together))
+    second = first if processes == 1 else Client(endpoint(storage, together))
+    for thread in ("a", "b", "c"):  # threads before: the new ones go to the head's front
+        await Client(endpoint(storage)).run(thread, f"{thread}-0")
+    await asyncio.gather(first.run("a", "a-1"), second.run("b", "b-1"))
+    assert started[0] == 2  # the second commit replayed its index entry: no run ran again
+    listed = (await listing(first, "ada", 10))["threads"]
+    assert sorted(thread["threadId"] for thread in listed[:2]) == ["a", "b"]
+    assert listed[2]["threadId"] == "c"
+    for thread in listed:
+        read = (await first.request("GET", f"/threads/{thread['threadId']}")).json()
+        assert thread["updatedAt"] == read["updatedAt"]  # the entry of its last update
+    assert {thread: len(times) for thread, times in (await index_entries(storage, "ada")).items()
+            } == {"a": 1, "b": 1, "c": 1}  # fmt: skip
+    await storage.close()
+
+
+async def test_a_thread_whose_session_expired_leaves_the_list_and_the_index() -> None:
+    now = [1_000_000.0]
+    storage = MemoryStorage(clock=lambda: now[0])
+    client = Client(endpoint(storage))
+    for thread in ("old", "kept"):
+        await client.run(thread, f"{thread}-r1")
+
+    class Expiring(SessionState):
+        ttl = 60
+
+    async with open_turn(storage, TurnIds("agui", "ada", "old", APP), scopes=[Expiring]) as turn:
+        turn["touched"] = True  # the session and all its documents now expire together
+    now[0] += 3 * 60
+    assert [t["threadId"] for t in (await listing(client, "ada", 10))["threads"]] == ["kept"]
+    assert set(await index_entries(storage, "ada")) == {"kept"}  # cleaned by that listing
+    await client.run("old", "old-r2")  # the id starts a new thread
+    assert [t["threadId"] for t in (await listing(client, "ada", 10))["threads"]] == [
+        "old", "kept",
+    ]  # fmt: skip
+
+
+async def test_bad_cursors_and_limits_are_refused() -> None:
+    client = Client(endpoint(MemoryStorage()))
+    await client.run("t1", "r1")
+    for query in ("limit=0", "limit=101", "limit=x", "limit=-1", "cursor=bm9wZQ", "cursor=W10",
+                  "cursor=WyJ4IiwxXQ", "cursor=W3RydWUsIngiXQ", "cursor=%00"):  # fmt: skip
+        refused = await client.request("GET", f"/threads?{query}")
+        assert refused.status_code == 422, (query, refused.text)
+        assert set(refused.json()) == {"detail"}
+
+
+async def test_a_delete_whose_mark_meets_another_threads_run_in_the_index_tries_again(
+    storage: Storage,
+) -> None:
+    client = Client(endpoint(storage))
+    for thread in ("t1", "t2"):
+        await client.run(thread, f"{thread}-r1")
+    raced = asyncio.Event()
+
+    class Racing(type(storage)):  # type: ignore[misc]
+        async def write(self, changes: Mapping[str, StoreItem], **options: Any) -> Any:
+            if not raced.is_set() and any("deleting" in i.value for i in changes.values()):
+                raced.set()  # another thread's run commits to the user's index first
+                await client.run("t2", "t2-r2")
+            return await super().write(changes, **options)
+
+    storage.__class__ = Racing
+    assert (await client.request("DELETE", "/threads/t1")).status_code == 204
+    assert raced.is_set()
+    assert [t["threadId"] for t in (await listing(client, "ada", 10))["threads"]] == ["t2"]
+    entries = await index_entries(storage, "ada")
+    assert list(entries) == ["t2"] and len(entries["t2"]) == 1
