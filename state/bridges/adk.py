@@ -42,6 +42,7 @@ from .. import (
     user_key,
 )
 from ..backends import ConflictError, FormatError, Storage, StoreItem
+from ._copies import Copier, copier
 
 __all__ = ["AgentStateSessionService"]
 
@@ -132,7 +133,9 @@ class AgentStateSessionService(BaseSessionService):
         self.channel_id = channel_id
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
-        self._events: OrderedDict[str, Event] = OrderedDict()
+        self._events: OrderedDict[str, tuple[Event, Copier]] = OrderedDict()
+        """History message id -> its event as decoded or appended here (never handed out) and
+        the copier of it that makes each session's copy."""
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
         self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
@@ -201,10 +204,10 @@ class AgentStateSessionService(BaseSessionService):
                 messages = await _messages(turn, config)
             finally:
                 turn.close()
-        events = [self._event(message) for message in messages]
+        kept = [self._event(message) for message in messages]
         if config is not None and config.after_timestamp is not None:
-            events = _after(events, config.after_timestamp)
-        events = [event.__deepcopy__() for event in events]  # the caller's own
+            kept = _after(kept, config.after_timestamp)
+        events = [copy_of(event) for event, copy_of in kept]  # the caller's own
         state = _merged(
             _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
         )
@@ -288,7 +291,8 @@ class AgentStateSessionService(BaseSessionService):
             if marker is None:  # an equal event delivered again: already appended
                 return event
         await super().append_event(session, event)  # applies `temp:` to the session, trims it
-        self._remember(message_id, event.__deepcopy__())
+        copy_of = copier(event)  # the copy has the event's shape: its plan copies it too
+        self._remember(message_id, copy_of(event), copy_of)
         session.last_update_time = event.timestamp
         _set_marker(session, marker)
         return event
@@ -392,19 +396,20 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _event(self, message: dict[str, Any]) -> Event:
-        """A history message's event as this service remembers it (decoded once per service;
-        the caller copies it before handing it on)."""
+    def _event(self, message: dict[str, Any]) -> tuple[Event, Copier]:
+        """A history message's event as this service remembers it (decoded once per service)
+        and its copier (the caller hands on a copy, never the event)."""
         known = self._events.get(message["id"])
         if known is None:
-            known = Event.model_validate(message["adk_event"])
-            self._remember(message["id"], known)
+            event = Event.model_validate(message["adk_event"])
+            known = (event, copier(event))
+            self._remember(message["id"], *known)
             return known
         self._events.move_to_end(message["id"])
         return known
 
-    def _remember(self, message_id: str, event: Event) -> None:
-        self._events[message_id] = event
+    def _remember(self, message_id: str, event: Event, copy_of: Copier) -> None:
+        self._events[message_id] = (event, copy_of)
         if len(self._events) > EVENTS_REMEMBERED:
             self._events.popitem(last=False)
 
@@ -651,9 +656,9 @@ async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[di
     return await history.first(await history.count())
 
 
-def _after(events: list[Event], after: float) -> list[Event]:
+def _after(events: list[tuple[Event, Copier]], after: float) -> list[tuple[Event, Copier]]:
     """ADK's filter: the events from the last one older than `after` on (exclusive)."""
     i = len(events) - 1
-    while i >= 0 and events[i].timestamp >= after:
+    while i >= 0 and events[i][0].timestamp >= after:
         i -= 1
     return events[i + 1 :]
