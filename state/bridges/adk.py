@@ -56,7 +56,8 @@ _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
-content), so loading a session copies events instead of validating each one again."""
+content), so loading a session copies events (by a plan made once per event, `_copies`)
+instead of validating each one again."""
 RACE_RETRIES: Final = 3
 """How many times an append that read what it rests on writes again after a conflict that
 changed none of it (on stores that commit key by key, racing appends can refuse each other
