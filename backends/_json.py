@@ -38,6 +38,13 @@ def copy_json(value: Any) -> Any:
     return _decoded(value, _dumped(value))
 
 
+def copy_json_encoded(value: Any) -> tuple[Any, bytes]:
+    """`copy_json(value)` and the JSON bytes it was decoded from (for a caller that writes
+    them as part of a larger document)."""
+    data = _dumped(value)
+    return _decoded(value, data), data
+
+
 def check_encoded(value: Any, data: bytes) -> None:
     """Raise `JsonRuleError` unless `data` (orjson's bytes of `value`) decodes back to an equal
     value of the exact built-in types: a NaN, tuple, UUID or Enum (an IntEnum compares equal

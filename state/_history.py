@@ -27,7 +27,7 @@ from ._document import Record, Records, _misfit
 from ._errors import StateError
 from ._keys import history_index_key, history_key, history_page_key
 from .backends import ANY, FormatError, InvalidValueError, StoreItem
-from .backends._json import JsonRuleError, copy_json
+from .backends._json import JsonRuleError, copy_json_encoded
 
 FORMAT: Final = 1
 PAGE_SIZE: Final = 32
@@ -62,6 +62,11 @@ class _Entry(Record):
 
 def check_message(message: object) -> dict[str, Any]:
     """A copy of `message` if it is a valid history message; else `HistoryError`."""
+    return _checked_message(message)[0]
+
+
+def _checked_message(message: object) -> tuple[dict[str, Any], bytes]:
+    """`check_message(message)` and the JSON bytes of the copy."""
     if not isinstance(message, Mapping):
         raise HistoryError(f"a message must be a JSON object, not {type(message).__name__}")
     ident, role = message.get("id"), message.get("role")
@@ -72,10 +77,10 @@ def check_message(message: object) -> dict[str, Any]:
             f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
         )
     try:
-        copy: dict[str, Any] = copy_json(message if type(message) is dict else dict(message))
+        copy, data = copy_json_encoded(message if type(message) is dict else dict(message))
     except (JsonRuleError, InvalidValueError) as exc:
         raise HistoryError(f"message {ident!r} is not JSON: {exc}") from None
-    return copy
+    return copy, data
 
 
 class History:
@@ -95,7 +100,7 @@ class History:
     async def append(self, *messages: Mapping[str, Any]) -> None:
         """Append messages (each a JSON object with a unique `id` and a known `role`),
         checked before anything changes; saved when the turn is."""
-        checked, ids = _checked(messages)
+        checked, ids, _ = _checked(messages)
         wanted: dict[str, type[Record]] = {self._entry_key(i): _Entry for i in ids}
         if self._head is None:
             wanted[self._key] = _Head  # one read for the head and the new ids' entries
@@ -148,16 +153,17 @@ class History:
         an index entry that the history already holds that id. Messages are checked as
         `append` checks them (`HistoryError`), a head of another format raises `FormatError`,
         both before anything is built. `head.value` is left as it is (the new head's tail
-        holds its messages). A history that is not stored yet is started by a turn
+        holds its messages); `head.data`, when given, must be the bytes it was read from (the
+        new head's bytes are built on them). A history that is not stored yet is started by a turn
         (`state.history.append`), whose save also indexes the session for `forget_user`.
         """
         if type(head) is not StoreItem or type(head.etag) is not str or head.etag in ("", ANY):
             raise HistoryError("batch needs the stored history head as read, with its version")
         key = history_key(session_key)
         _stored_head(key, head)
-        checked, ids = _checked(messages)
+        checked, ids, encoded = _checked(messages)
         extended, seqs, pages = _extended(head.value, checked)
-        items = {key: StoreItem(extended, head.etag, orjson.dumps(extended))}
+        items = {key: StoreItem(extended, head.etag, _head_bytes(head, extended, encoded))}
         for message_id, seq in zip(ids, seqs, strict=True):
             entry = _entry(seq)
             items[history_index_key(session_key, message_id)] = StoreItem(
@@ -249,13 +255,17 @@ class History:
         return history_index_key(self._session, message_id)
 
 
-def _checked(messages: Iterable[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Copies of `messages` checked by `check_message`, and their ids, which must not repeat."""
-    checked = [check_message(message) for message in messages]
+def _checked(
+    messages: Iterable[Mapping[str, Any]],
+) -> tuple[list[dict[str, Any]], list[str], list[bytes]]:
+    """Copies of `messages` checked by `check_message`, their ids, which must not repeat, and
+    their JSON bytes."""
+    pairs = [_checked_message(message) for message in messages]
+    checked = [copy for copy, _ in pairs]
     ids = [message["id"] for message in checked]
     if len(set(ids)) != len(ids):
         raise HistoryError(f"messages to append repeat an id: {ids}")
-    return checked, ids
+    return checked, ids, [data for _, data in pairs]
 
 
 def _extended(
@@ -275,6 +285,29 @@ def _extended(
     extended = dict(head)
     extended.update(format=FORMAT, page_size=PAGE_SIZE, count=count, tail=tail)
     return extended, seqs, pages
+
+
+_HEAD_FIELDS: Final = ["format", "page_size", "count", "tail"]
+_HEAD_START: Final = b'{"format":%d,"page_size":%d,"count":' % (FORMAT, PAGE_SIZE)
+
+
+def _head_bytes(head: StoreItem, extended: dict[str, Any], added: list[bytes]) -> bytes:
+    """The JSON of `extended`, the head `head` with the messages encoded as `added` after its
+    tail: those bytes joined to `head.data` where it is the layout's own encoding (`orjson`'s,
+    the head's fields only, in order) and no page was filled, so the tail is not encoded again
+    on every append; else `extended` encoded anew."""
+    data, value = head.data, head.value
+    if (
+        data is not None and list(value) == _HEAD_FIELDS
+        and len(extended["tail"]) == len(value["tail"]) + len(added)
+    ):  # fmt: skip
+        start = b'%s%d,"tail":[' % (_HEAD_START, value["count"])
+        if data.startswith(start) and data.endswith(b"]}"):
+            tail = data[len(start) : -2]
+            joined = b",".join(added)
+            new_tail = tail + b"," + joined if tail else joined
+            return b'%s%d,"tail":[%s]}' % (_HEAD_START, extended["count"], new_tail)
+    return orjson.dumps(extended)
 
 
 def _entry(seq: int) -> dict[str, Any]:

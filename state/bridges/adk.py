@@ -6,7 +6,6 @@ Needs the `.[adk]` extra (google-adk). See docs/adk.md.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import time
 import uuid
@@ -43,6 +42,7 @@ from .. import (
     user_key,
 )
 from ..backends import ConflictError, FormatError, Storage, StoreItem
+from ._copies import Copier, copier
 
 __all__ = ["AgentStateSessionService"]
 
@@ -56,7 +56,8 @@ _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
-content), so loading a session copies events instead of validating each one again."""
+content), so loading a session copies events (by a plan made once per event, `_copies`)
+instead of validating each one again."""
 RACE_RETRIES: Final = 3
 """How many times an append that read what it rests on writes again after a conflict that
 changed none of it (on stores that commit key by key, racing appends can refuse each other
@@ -133,14 +134,16 @@ class AgentStateSessionService(BaseSessionService):
         self.channel_id = channel_id
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
-        self._events: OrderedDict[str, Event] = OrderedDict()
+        self._events: OrderedDict[str, tuple[Event, Copier]] = OrderedDict()
+        """History message id -> its event as decoded or appended here (never handed out) and
+        the copier of it that makes each session's copy."""
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
         self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
         """(app name, user id, session id) -> the session's ids and document keys."""
-        self._heads: dict[str, tuple[bytes, dict[str, Any]]] = {}
-        """History head key -> (its bytes in `_known`, them decoded), read-only here, so an
-        append after a load or an append does not decode the head's tail again."""
+        self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        """Record and history head keys -> (their bytes in `_known`, them decoded), read-only
+        here, so an append after a load or an append decodes neither again."""
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -192,17 +195,20 @@ class AgentStateSessionService(BaseSessionService):
         head = found.get(keys.head)
         recent = None if config is None else config.num_recent_events
         messages = History.recent(keys.session, head, recent)
-        if head is not None and messages is not None and head.data is not None:
-            self._heads[keys.head] = (head.data, head.value)
+        if messages is not None:  # read-only here: remembered decoded for the next append
+            for item, key in ((head, keys.head), (found[keys.record], keys.record)):
+                if item is not None and item.data is not None:
+                    self._decoded[key] = (item.data, item.value)
         if messages is None:  # some are on pages: the turn's history reads them
             turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
             try:
                 messages = await _messages(turn, config)
             finally:
                 turn.close()
-        events = copy.deepcopy([self._event(message) for message in messages])
+        kept = [self._event(message) for message in messages]
         if config is not None and config.after_timestamp is not None:
-            events = _after(events, config.after_timestamp)
+            kept = _after(kept, config.after_timestamp)
+        events = [copy_of(event) for event, copy_of in kept]  # the caller's own
         state = _merged(
             _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
         )
@@ -286,9 +292,10 @@ class AgentStateSessionService(BaseSessionService):
             if marker is None:  # an equal event delivered again: already appended
                 return event
         await super().append_event(session, event)  # applies `temp:` to the session, trims it
-        self._remember(message_id, event.model_copy(deep=True))
+        copy_of = copier(event)  # the copy has the event's shape: its plan copies it too
+        self._remember(message_id, copy_of(event), copy_of)
         session.last_update_time = event.timestamp
-        session._storage_update_marker = marker
+        _set_marker(session, marker)
         return event
 
     async def _append_known(
@@ -310,12 +317,10 @@ class AgentStateSessionService(BaseSessionService):
             return None
         if head_known is None or head_known[0] is None:  # a turn starts the history
             return None
-        record = orjson.loads(record_known[1])
+        record = self._value_of(keys.record, record_known[1])
         if not _belongs(record, session.app_name) or not _is_fresh(session, record):
             return None
-        decoded = self._heads.get(keys.head)
-        head = decoded[1] if decoded and decoded[0] is head_known[1] else None
-        head = head if head is not None else orjson.loads(head_known[1])
+        head = self._value_of(keys.head, head_known[1])
         try:
             history = History.batch(
                 keys.session, StoreItem(head, head_known[0], head_known[1]), [message]
@@ -340,11 +345,10 @@ class AgentStateSessionService(BaseSessionService):
                 unchanged[key] = known[0]
             else:
                 changes[key] = StoreItem(value, known[0], data)
-        record["revision"] = int(record.get("revision", 0)) + 1
+        record = dict(record, revision=int(record.get("revision", 0)) + 1)
         record["last_update_time"] = event.timestamp
         changes[keys.record] = _item(record, record_known[0])
         changes.update(history)
-        written = history[keys.head]
         try:
             etags = await self.storage.write(changes, unchanged=unchanged or None)
         except ConflictError:
@@ -352,8 +356,10 @@ class AgentStateSessionService(BaseSessionService):
         for key in keys:
             if key in etags:
                 self._learn(key, etags[key], changes[key].data or b"{}")
-        assert written.data is not None
-        self._heads[keys.head] = (written.data, written.value)
+        for key in (keys.record, keys.head):
+            written = changes[key]
+            assert written.data is not None
+            self._decoded[key] = (written.data, written.value)
         return _marker(record)
 
     async def _append_read(
@@ -391,28 +397,39 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _event(self, message: dict[str, Any]) -> Event:
-        """A history message's event as this service remembers it (decoded once per service;
-        the caller copies it before handing it on)."""
+    def _event(self, message: dict[str, Any]) -> tuple[Event, Copier]:
+        """A history message's event as this service remembers it (decoded once per service)
+        and its copier (the caller hands on a copy, never the event)."""
         known = self._events.get(message["id"])
         if known is None:
-            known = Event.model_validate(message["adk_event"])
-            self._remember(message["id"], known)
+            event = Event.model_validate(message["adk_event"])
+            known = (event, copier(event))
+            self._remember(message["id"], *known)
             return known
         self._events.move_to_end(message["id"])
         return known
 
-    def _remember(self, message_id: str, event: Event) -> None:
-        self._events[message_id] = event
+    def _remember(self, message_id: str, event: Event, copy_of: Copier) -> None:
+        self._events[message_id] = (event, copy_of)
         if len(self._events) > EVENTS_REMEMBERED:
             self._events.popitem(last=False)
+
+    def _value_of(self, key: str, data: bytes) -> dict[str, Any]:
+        """`data` (the bytes remembered of `key`) decoded, once while they stay remembered;
+        read-only: a caller that changes it changes a copy."""
+        decoded = self._decoded.get(key)
+        if decoded is not None and decoded[0] is data:
+            return decoded[1]
+        value: dict[str, Any] = orjson.loads(data)
+        self._decoded[key] = (data, value)
+        return value
 
     def _learn(self, key: str, etag: str | None, data: bytes) -> None:
         """Remember `key` at version `etag` (None: absent) holding `data`."""
         self._known[key] = (etag, data)
         self._known.move_to_end(key)
         if len(self._known) > DOCUMENTS_REMEMBERED:
-            self._heads.pop(self._known.popitem(last=False)[0], None)
+            self._decoded.pop(self._known.popitem(last=False)[0], None)
 
     def _learn_found(self, keys: _Keys, found: dict[str, StoreItem]) -> None:
         """Remember what a read found of `keys` (before the values are handed on)."""
@@ -427,7 +444,7 @@ class AgentStateSessionService(BaseSessionService):
         """Drop what is remembered of a session's documents (before reading them anew)."""
         for key in keys:
             self._known.pop(key, None)
-        self._heads.pop(keys.head, None)
+            self._decoded.pop(key, None)
 
     def _namespace(self, app_name: str) -> str | None:
         if not isinstance(app_name, str) or not app_name:
@@ -481,12 +498,30 @@ def _build(
         events=events,
         last_update_time=float(record.get("last_update_time", 0.0)),
     )
-    session._storage_update_marker = _marker(record)
+    _set_marker(session, _marker(record))
     return session
 
 
 def _marker(record: dict[str, Any]) -> str:
     return f"{record.get('created')}:{record.get('revision')}"
+
+
+_MARKER: Final = "_storage_update_marker"
+
+
+def _get_marker(session: Session) -> Any:
+    """ADK's private revision marker of `session` (read from pydantic's private store: the
+    attribute lookup goes through `BaseModel.__getattr__`, a slow path on every append)."""
+    private = session.__pydantic_private__
+    return private.get(_MARKER) if private is not None else session._storage_update_marker
+
+
+def _set_marker(session: Session, marker: str) -> None:
+    private = session.__pydantic_private__
+    if private is not None:
+        private[_MARKER] = marker
+    else:  # pragma: no cover - a Session always has its private store
+        session._storage_update_marker = marker
 
 
 def _belongs(record: dict[str, Any], app_name: str) -> bool:
@@ -564,7 +599,7 @@ def _scoped_changed(
 
 def _is_fresh(session: Session, record: dict[str, Any]) -> bool:
     """Whether `session` is of the stored session `record` at its latest revision."""
-    marker = session._storage_update_marker
+    marker = _get_marker(session)
     if marker is not None:
         return bool(marker == _marker(record))
     return float(record.get("last_update_time", 0.0)) <= session.last_update_time
@@ -586,13 +621,15 @@ def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
 
 def _event_json(event: Event) -> dict[str, Any]:
     """The event as stored: JSON, without `temp:` keys in its state delta."""
-    dumped = event.model_dump_json(exclude_none=True, exclude_defaults=True, fallback=str)
+    dumped = event.__pydantic_serializer__.to_json(
+        event, exclude_none=True, exclude_defaults=True, fallback=str, warnings=False
+    )  # `model_dump_json` without its decode to str, or the collecting of type warnings
     stored: dict[str, Any] = orjson.loads(dumped)
     actions = stored.get("actions")
     if isinstance(actions, dict) and isinstance(actions.get("state_delta"), dict):
-        actions["state_delta"] = {
-            k: v for k, v in actions["state_delta"].items() if not k.startswith(TEMP)
-        }
+        delta = actions["state_delta"]
+        if any(k.startswith(TEMP) for k in delta):
+            actions["state_delta"] = {k: v for k, v in delta.items() if not k.startswith(TEMP)}
     return stored
 
 
@@ -620,9 +657,9 @@ async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[di
     return await history.first(await history.count())
 
 
-def _after(events: list[Event], after: float) -> list[Event]:
+def _after(events: list[tuple[Event, Copier]], after: float) -> list[tuple[Event, Copier]]:
     """ADK's filter: the events from the last one older than `after` on (exclusive)."""
     i = len(events) - 1
-    while i >= 0 and events[i].timestamp >= after:
+    while i >= 0 and events[i][0].timestamp >= after:
         i -= 1
     return events[i + 1 :]

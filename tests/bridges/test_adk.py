@@ -153,6 +153,35 @@ async def test_get_session_config_and_redelivered_events(storage: Storage) -> No
     ]  # fmt: skip
 
 
+async def test_returned_sessions_share_nothing_with_the_store_or_each_other(
+    storage: Storage,
+) -> None:
+    service = AgentStateSessionService(storage)
+    session = await service.create_session(app_name=APP, user_id=USER, state={"deep": {"n": 1}})
+    appended = event({"deep": {"n": 2}, "user:tags": ["a"]}, text="kept")
+    await service.append_event(session, appended)
+    appended.content.parts[0].text = "changed by the caller"  # type: ignore[index]
+    appended.actions.state_delta["deep"]["n"] = 99
+    configs = [None, GetSessionConfig(num_recent_events=1), GetSessionConfig(after_timestamp=0)]
+    for config in configs:
+        first = await service.get_session(
+            app_name=APP, user_id=USER, session_id=session.id, config=config
+        )
+        assert first is not None
+        first.events[0].content.parts[0].text = "changed by a reader"  # type: ignore[index]
+        first.events[0].actions.state_delta["deep"]["n"] = -1
+        first.events[0].actions.state_delta["user:tags"].append("b")
+        first.state["deep"]["n"] = -2
+        first.state["user:tags"].append("c")
+        second = await service.get_session(
+            app_name=APP, user_id=USER, session_id=session.id, config=config
+        )
+        assert second is not None and second.events[0] is not first.events[0]
+        assert second.events[0].content.parts[0].text == "kept"  # type: ignore[index]
+        assert second.events[0].actions.state_delta == {"deep": {"n": 2}, "user:tags": ["a"]}
+        assert second.state == {"deep": {"n": 2}, "user:tags": ["a"]}
+
+
 async def test_list_and_delete_sessions(storage: Storage) -> None:
     service = AgentStateSessionService(storage)
     for user, sid in (("ada", "a1"), ("ada", "a2"), ("bob", "b1")):

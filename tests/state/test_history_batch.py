@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent_state import History, HistoryError, TurnIds, open_storage, open_turn, session_key
@@ -35,6 +36,24 @@ async def started(storage: Storage) -> StoreItem:
     async with open_turn(storage, IDS) as state:
         await state.history.append(message("m0"))
     return (await storage.read([HEAD]))[HEAD]
+
+
+@pytest.mark.parametrize("form", ["compact", "indented", "absent", "reordered"])
+def test_a_new_heads_bytes_are_the_json_of_its_value(form: str) -> None:
+    """The new head's bytes are built on the bytes the head was read in, where those are the
+    layout's own (its tail is not encoded again), and are its value's JSON either way, also
+    when a page fills."""
+    value: dict[str, Any] = {"format": 1, "page_size": 32, "count": 0, "tail": []}
+    if form == "reordered":
+        value = {"tail": [], "count": 0, "page_size": 32, "format": 1}
+    option = orjson.OPT_INDENT_2 if form == "indented" else None
+    head = StoreItem(value, "v1", None if form == "absent" else orjson.dumps(value, option=option))
+    for n in range(70):  # fills two pages
+        batch = [message(f"m{n}"), {"id": f"ü{n}", "role": "assistant", "content": '\u2603 "'}]
+        new = History.batch(SESSION, head, batch)[HEAD]
+        assert new.data == orjson.dumps(new.value)
+        head = StoreItem(new.value, "v1", None if form == "absent" else new.data)
+    assert head.value["count"] == 140 and len(head.value["tail"]) == 140 % 32
 
 
 async def test_batches_land_where_a_turns_history_reads_them_across_pages(
