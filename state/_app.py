@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ._activity import Activity, ActivityError
+from ._activity import Activity, ActivityError, received
 from ._bucket import AgentState
 from ._context import TurnContext
 from ._delivery import (
     CLAIM_LEASE_SECONDS,
     RETENTION_SECONDS,
     claim_activity,
+    digest,
     evidence_name,
     evidence_prefix,
     recorded_replies,
@@ -179,7 +180,7 @@ class AgentApplication:
         return the replies it sent. A malformed activity raises `ActivityError` naming the
         field, before anything is read."""
         try:
-            activity = Activity.of(activity)
+            activity, wire = received(activity)
         except ActivityError as exc:
             report("refused", field=exc.field, others=exc.others)
             raise
@@ -193,22 +194,23 @@ class AgentApplication:
         )
 
         retention = self.dedup_retention
-        name = None
+        name = fingerprint = None
         if activity.id and ids.channel_id and retention is not None:
             name = evidence_name(self._evidence(ids), activity.id)
+            fingerprint = digest(activity, wire)
         early = choose_early(self._routes, activity)
 
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
             if name is not None:
-                assert retention is not None
-                first = recorded_replies(state, name, activity, retention)
+                assert retention is not None and fingerprint is not None
+                first = recorded_replies(state, name, activity, retention, fingerprint)
                 if first is not None:  # a redelivery: the first processing's outcome
                     report("redelivery", ids, activity=activity.id, replies=len(first))
                     state.discard()
                     return first
             ctx = TurnContext(activity, state, attempt)
             try:
-                claimed = await self._run(ctx, state, name, early)
+                claimed = await self._run(ctx, state, name, fingerprint, early)
             except Exception as error:
                 if self._on_error is None:
                     raise
@@ -216,8 +218,10 @@ class AgentApplication:
                 await self._on_error(ctx, error)
                 return ctx.replies
             if name is not None:
-                assert retention is not None
-                remember(state, name, activity, ctx.replies, retention, claimed=claimed)
+                assert retention is not None and fingerprint is not None
+                remember(
+                    state, name, activity, ctx.replies, retention, fingerprint, claimed=claimed
+                )
             return ctx.replies
 
         place = self._queues.turn(queue_key)
@@ -238,7 +242,12 @@ class AgentApplication:
             place.leave()
 
     async def _run(
-        self, ctx: TurnContext, state: TurnState, name: str | None, early: Route | None
+        self,
+        ctx: TurnContext,
+        state: TurnState,
+        name: str | None,
+        fingerprint: str | None,
+        early: Route | None,
     ) -> bool:
         """Run the hooks and the matching route (`early`, when chosen before the read, else
         the first match); whether the route claimed the activity (then its evidence replaces
@@ -254,9 +263,15 @@ class AgentApplication:
                 if not matched:
                     continue
             if route.claim and name is not None:
-                assert self.dedup_retention is not None
+                assert self.dedup_retention is not None and fingerprint is not None
                 await claim_activity(
-                    self.storage, state, name, ctx.activity, self.claim_lease, self.dedup_retention
+                    self.storage,
+                    state,
+                    name,
+                    ctx.activity,
+                    self.claim_lease,
+                    self.dedup_retention,
+                    fingerprint,
                 )
                 claimed = True
             if not route.rerun or route.claim:
