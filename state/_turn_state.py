@@ -92,7 +92,9 @@ class TurnState:
         no index entry, unlike a new session), else the first of them; when the turn may use
         no stored scope, the one `_declared_keys` read."""
         plan, found = self._plan, self._found
-        names = [name for name in plan.evidence if self._allowed(name)]
+        names = plan.evidence
+        if self._declared is not None:
+            names = tuple(name for name in names if self._allowed(name))
         if not names:
             return _fallback(plan.evidence) if plan.evidence else None
         for name in names:
