@@ -12,7 +12,7 @@ writes exactly the documents its buckets changed, or one. A redelivery reads the
 documents (the same activity takes the same route, so reads the same scopes), finds the
 evidence in the turn's one read and gets the first replies back without running the handler;
 the same id with other content is an `ActivityConflictError`. A reply is kept as what the
-activity's own `reply()` would not give back (a text reply: `{"text": ...}`): the digest
+activity's own `reply()` would not give back (a text reply: its text alone): the digest
 guarantees a redelivery is the same activity, so it rebuilds the rest, and every turn that
 reads or writes the document decodes and encodes only that much.
 
@@ -202,12 +202,13 @@ _ROUTING = ("channel_id", "from_property", "recipient", "conversation", "reply_t
 """The fields `Activity.reply` fills in from the incoming activity."""
 
 
-def _kept(reply: Activity, activity: Activity) -> dict[str, Any]:
+def _kept(reply: Activity, activity: Activity) -> str | dict[str, Any]:
     """A reply as its evidence keeps it: the members of its JSON form that `activity.reply()`
-    would not give back (None for one it lacks), so a plain text reply is `{"text": ...}` and a
-    redelivery (the same activity, by its digest) rebuilds the rest (`_restored`)."""
+    would not give back (None for one it lacks), or just its text for `activity.reply(text)`,
+    so a redelivery (the same activity, by its digest) rebuilds the rest (`_restored`)."""
     if (
         reply.type == "message"
+        and reply.text is not None
         and reply.value is None
         and not reply.model_extra
         and reply.channel_id == activity.channel_id
@@ -216,7 +217,7 @@ def _kept(reply: Activity, activity: Activity) -> dict[str, Any]:
         and reply.conversation is activity.conversation
         and reply.reply_to_id == activity.id
     ):  # `activity.reply(text)`, as `TurnContext.send(text)` makes it
-        return {} if reply.text is None else {"text": reply.text}
+        return reply.text
     wire = wire_of(reply)
     default = wire_of(activity.reply())
     kept = {name: value for name, value in wire.items() if default.get(name, _NONE) != value}
@@ -227,9 +228,11 @@ def _kept(reply: Activity, activity: Activity) -> dict[str, Any]:
 _NONE = object()
 
 
-def _restored(kept: dict[str, Any], activity: Activity) -> Activity:
+def _restored(kept: str | dict[str, Any], activity: Activity) -> Activity:
     """The reply `_kept` kept (or, from evidence written before replies were kept so, the
     reply's whole JSON form), rebuilt for a redelivery of `activity`."""
+    if isinstance(kept, str):
+        return activity.reply(kept)
     return Activity.of({**wire_of(activity.reply()), **kept})
 
 
@@ -283,7 +286,8 @@ def _check(key: str, entry: Any) -> dict[str, Any]:
     if isinstance(entry, dict) and _number(entry.get("at")):
         claim = entry.get("claim")
         if claim is None and isinstance(entry.get("digest"), str):
-            if isinstance(entry.get("replies"), list):
+            replies = entry.get("replies")
+            if isinstance(replies, list) and all(isinstance(r, (str, dict)) for r in replies):
                 return entry
         elif isinstance(claim, dict) and isinstance(claim.get("digest"), str):
             if _number(entry.get("until")):

@@ -91,7 +91,8 @@ class Document:
             self._loaded = self._stored = self.etag = self.expires_at = None
         else:
             self._loaded, self._stored, self.etag = item.value, item.data, item.etag
-            self.expires_at = _expiry(item)
+            ttl = item.ttl  # `_expiry`, inline
+            self.expires_at = None if ttl is None else time.time() + ttl
             if DELIVERED in item.value:
                 self._take_delivered()
 

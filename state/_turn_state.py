@@ -83,7 +83,8 @@ class TurnState:
         if extra_keys:  # the plan's keys were checked when built; these are checked here
             keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:
-            self._found.update(await self._storage_read()(keys))
+            read = self._read if self._read is not None else self._storage_read()
+            self._found.update(await read(keys))
         self._home = self._choose_home()
 
     def _choose_home(self) -> str | None:
