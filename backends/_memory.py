@@ -27,7 +27,7 @@ import orjson
 from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
-from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 
 SWEEP_PER_WRITE = 4
 """Expired documents a write may drop beyond one per key it writes (so drops keep up)."""
@@ -129,12 +129,16 @@ class MemoryStorage(Storage):
         with self._lock:
             now, entries = self._clock(), self._entries
             failed = False
-            for write in writes:  # `_live` per key, inline: every turn's write passes here
+            for write in writes:  # `_live` and `precondition_holds`, inline: every turn's write
                 current = entries.get(write.key)
-                if current is not None and expired(current.expires_at, now):
-                    del entries[write.key]
-                    current = None
-                if not precondition_holds(write.expected, current.etag if current else None):
+                etag = None
+                if current is not None:
+                    if current.expires_at is not None and now >= current.expires_at:
+                        del entries[write.key]
+                    else:
+                        etag = current.etag
+                expected = write.expected
+                if expected != etag and expected != ANY:
                     outcomes[write.key] = CONFLICT
                     failed = True
             if failed:

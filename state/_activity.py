@@ -163,7 +163,7 @@ def check_wire(wire: dict[str, Any]) -> None:
     beyond 64 bits, a NaN, too deep a nesting, a value of no JSON type. Work is linear in the
     activity's size."""
     try:
-        encode_json(_enclosed(wire))
+        encode_json([[[[wire]]]])  # `_enclosed(wire)` (KEPT_AT lists) written out: every turn
     except JsonRuleError:
         for name, value in wire.items():
             reason = _unstorable(name, value)

@@ -116,11 +116,10 @@ class AgentApplication:
             _positive(dedup_retention, "dedup_retention")
         self.dedup_retention = dedup_retention
         self.claim_lease = _positive(claim_lease, "claim_lease")
-        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_ids_and_queue)
-        """The `TurnIds` of recent turns and their queue's key, one object per distinct ids
-        (so plan lookups find them by identity, and no turn builds them again)."""
-        self._evidence = lru_cache(maxsize=PLAN_CACHE_SIZE)(evidence_prefix)
-        """The `evidence_prefix` of recent ids: their ids escaped once, not on every turn."""
+        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_Seen)
+        """What depends on the ids of recent turns alone (their `TurnIds`, one object per
+        distinct ids, so plan lookups find them by identity; their queue's key; their
+        `evidence_prefix`): built once, not on every turn."""
 
     def message(
         self,
@@ -185,18 +184,21 @@ class AgentApplication:
             report("refused", field=exc.field, others=exc.others)
             raise
         sender, conversation = activity.from_property, activity.conversation
-        ids, queue_key = self._ids(
+        seen = self._ids(
             activity.channel_id,
             sender.id if sender is not None else None,
             conversation.id if conversation is not None else None,
             self.app_name,
             self.namespace,
         )
-
+        ids = seen.ids
         retention = self.dedup_retention
         name = fingerprint = None
         if activity.id and ids.channel_id and retention is not None:
-            name = evidence_name(self._evidence(ids), activity.id)
+            prefix = seen.prefix
+            if prefix is None:  # the ids escaped once, by the first turn with an activity id
+                prefix = seen.prefix = evidence_prefix(ids)
+            name = evidence_name(prefix, activity.id)
             fingerprint = digest(activity, wire)
         early = choose_early(self._routes, activity)
 
@@ -224,7 +226,7 @@ class AgentApplication:
                 )
             return ctx.replies
 
-        place = self._queues.turn(queue_key)
+        place = self._queues.turn(seen.queue)
         waiting = place.take()
         if waiting is not None:
             await place.wait(waiting)
@@ -329,16 +331,23 @@ def _positive(seconds: object, name: str) -> float:
     return float(seconds)
 
 
-def _ids_and_queue(
-    channel: str | None,
-    user: str | None,
-    conversation: str | None,
-    app_name: str | None,
-    namespace: str | None,
-) -> tuple[TurnIds, tuple[str | None, ...] | None]:
-    """The `TurnIds` of a turn and the key of its queue (`_queue_key`)."""
-    ids = TurnIds(channel, user, conversation, app_name, namespace)
-    return ids, _queue_key(ids)
+class _Seen:
+    """What depends on a turn's ids alone: its `TurnIds`, the key of its queue (`_queue_key`)
+    and, once a turn with an activity id needed it, its `evidence_prefix`."""
+
+    __slots__ = ("ids", "queue", "prefix")
+
+    def __init__(
+        self,
+        channel: str | None,
+        user: str | None,
+        conversation: str | None,
+        app_name: str | None,
+        namespace: str | None,
+    ) -> None:
+        self.ids = TurnIds(channel, user, conversation, app_name, namespace)
+        self.queue = _queue_key(self.ids)
+        self.prefix: str | None = None
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

@@ -210,7 +210,7 @@ def _kept(reply: Activity, activity: Activity) -> str | dict[str, Any]:
         reply.type == "message"
         and reply.text is not None
         and reply.value is None
-        and not reply.model_extra
+        and not reply.__pydantic_extra__
         and reply.channel_id == activity.channel_id
         and reply.from_property is activity.recipient
         and reply.recipient is activity.from_property
