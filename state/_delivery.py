@@ -189,13 +189,11 @@ def remember(
     claimed: bool,
 ) -> None:
     """Note the evidence of `activity` (`fingerprint`: its `digest`) and its `replies` in the
-    document the turn's save writes it in (a claimed turn's: its home, replacing the claim)."""
-    document = state.evidence_document(home=claimed)
-    if document is None:
-        return
+    document the turn's save writes it in (a claimed turn's: its home, replacing the claim),
+    chosen by the save (`TurnState.note_evidence`)."""
     kept = [_kept(reply, activity) for reply in replies]
     entry = _entry(activity, time.time(), digest=fingerprint, replies=kept)
-    document.note(name, _adding(name, entry, retention))
+    state.note_evidence(name, _adding(name, entry, retention), home=claimed)
 
 
 _ROUTING = ("channel_id", "from_property", "recipient", "conversation", "reply_to_id")

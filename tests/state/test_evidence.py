@@ -28,6 +28,7 @@ from agent_state import (
     user_key,
 )
 from agent_state._delivery import EVIDENCE_LIMIT
+from agent_state._document import Document
 from agent_state.backends import MemoryStorage, Storage, StoreItem
 from tests.stores import STORES
 
@@ -320,3 +321,23 @@ async def test_a_reply_of_its_own_shape_comes_back_whole_on_a_redelivery(
     assert [r.model_dump() for r in again] == [r.model_dump() for r in first]
     assert first[0].recipient is not None and first[0].recipient.id == "bob"
     assert first[2].recipient is None
+
+
+async def test_the_change_a_turn_saves_is_serialized_once(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, _ = shop(storage)
+    await app.process(message("note"))
+    dumped: list[str | None] = []
+    dump = Document.dump
+
+    def counted(document: Document, value: dict[str, Any]) -> bytes:
+        dumped.append(document.key)
+        return dump(document, value)
+
+    monkeypatch.setattr(Document, "dump", counted)
+    assert [r.text for r in await app.process(message("note", "a-2"))] == ["noted 2"]
+    # the baseline (stored bytes that carry evidence are not the value's) and the change once:
+    # the check placing the evidence and the save's write share the change's bytes
+    assert dumped.count(SESSION) == 2
+    assert (await stored(storage, SESSION))["noted"] == 2
