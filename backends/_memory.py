@@ -27,7 +27,7 @@ import orjson
 from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
-from ._items import CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds, remaining
+from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
 
 SWEEP_PER_WRITE = 4
 """Expired documents a write may drop beyond one per key it writes (so drops keep up)."""
@@ -117,10 +117,9 @@ class MemoryStorage(Storage):
         items = {}
         for key, entry in found:
             if entry.data is not None:
-                value = orjson.loads(entry.data)
-                items[key] = StoreItem(
-                    value, entry.etag, entry.data, remaining(entry.expires_at, now)
-                )
+                expires_at = entry.expires_at  # `remaining`, inline
+                left = None if expires_at is None else expires_at - now
+                items[key] = StoreItem(orjson.loads(entry.data), entry.etag, entry.data, left)
             else:
                 envelope = unwrap(key, entry.raw or b"")
                 items[key] = StoreItem(envelope.data, entry.etag, envelope.raw_data)
@@ -128,11 +127,18 @@ class MemoryStorage(Storage):
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         with self._lock:
-            now = self._clock()
+            now, entries = self._clock(), self._entries
             failed = False
-            for write in writes:
-                current = self._live(write.key, now)
-                if not precondition_holds(write.expected, current.etag if current else None):
+            for write in writes:  # `_live` and `precondition_holds`, inline: every turn's write
+                current = entries.get(write.key)
+                etag = None
+                if current is not None:
+                    if current.expires_at is not None and now >= current.expires_at:
+                        del entries[write.key]
+                    else:
+                        etag = current.etag
+                expected = write.expected
+                if expected != etag and expected != ANY:
                     outcomes[write.key] = CONFLICT
                     failed = True
             if failed:
@@ -146,9 +152,10 @@ class MemoryStorage(Storage):
                     expires_at = now + write.ttl
                     heapq.heappush(self._expiries, (expires_at, etag, write.key))
                 # a copy of the bytes' own size: the serializer's buffer may be 4 KB
-                self._entries[write.key] = _Entry(etag, expires_at, bytes(memoryview(write.data)))
+                entries[write.key] = _Entry(etag, expires_at, bytes(memoryview(write.data)))
                 outcomes[write.key] = etag
-            self._drop_expired(now, len(writes) + SWEEP_PER_WRITE)
+            if self._expiries:  # else no document has a TTL: nothing to drop
+                self._drop_expired(now, len(writes) + SWEEP_PER_WRITE)
 
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         with self._lock:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+import orjson
 from azure.core.pipeline.transport import AioHttpTransport
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core import (
@@ -27,6 +28,7 @@ from microsoft_agents.hosting.core import AgentState as MsAgentState
 from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
 from agent_state import Activity
+from agent_state._delivery import EVIDENCE_LIMIT, RETENTION_SECONDS
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -98,6 +100,27 @@ def keep_evidence(
     applied[activity_id] = [digest, replies]
     if len(applied) > EVIDENCE_KEPT:
         del applied[next(iter(applied))]
+
+
+def keep_guaranteed_evidence(
+    document: dict[str, Any], activity: Activity, replies: list[str], now: float
+) -> None:
+    """`keep_evidence` with what our exactly-once guarantees need of an entry, the floor of
+    `turns.py`: the time it was made (`now`, for the retention window), the sender (so
+    `forget_user` finds it), a SHA-256 of the activity's whole JSON form (a hostile sender
+    cannot make another activity pass for a redelivery), the reply texts; the newest
+    `EVIDENCE_LIMIT` entries (our bound), entries past `RETENTION_SECONDS` dropped from the
+    front (oldest first), as ours are."""
+    wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+    digest = hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    sender = activity.from_property.id if activity.from_property is not None else None
+    applied = document.setdefault(EVIDENCE, {})
+    applied[activity.id] = [digest, now, sender, replies]
+    while True:  # the newest entry is live, so this ends
+        oldest = next(iter(applied))
+        if len(applied) <= EVIDENCE_LIMIT and applied[oldest][1] + RETENTION_SECONDS > now:
+            break
+        del applied[oldest]
 
 
 def ms_message(

@@ -23,8 +23,11 @@ no side keeps any evidence. What each row is:
 - floor: the turn's work done directly on our MemoryStorage's primitives, the minimal
   design: one batched read of the turn's keys (the delivery evidence travels inside the
   documents, so it is read with them), the handler's edit, change detection by bytes, one
-  conditional write of the changed document (with an id, carrying the evidence: activity
-  id, digest, replies; bounded), and the reply `Activity`. No framework, no checks.
+  conditional write of the changed document (with an id, carrying the evidence), and the
+  reply `Activity`. No framework, no checks. Its evidence is what our guarantees need, like
+  for like: per activity the time (retention window), the sender (`forget_user`), a SHA-256
+  of the activity's whole JSON form (hostile senders) and the reply texts, compact (a list
+  per entry), the newest `EVIDENCE_LIMIT` (32, our bound) kept, expired ones dropped.
 
 Each scenario runs as a full bot turn (the handler sends a reply) and state-only (nobody
 replies; the ADK runner's event then carries no reply text). Rounds are interleaved
@@ -60,7 +63,7 @@ from _support import (
     ROOT,
     NoConnections,
     StubAdapter,
-    keep_evidence,
+    keep_guaranteed_evidence,
     message,
     ms_get,
     ms_message,
@@ -374,7 +377,8 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
             doc["count"] = count
         replies = [activity.reply(f"count {count}")] if scenario.replies else []
         if activity.id is not None:
-            keep_evidence(doc, activity.id, activity.text or "", [r.text or "" for r in replies])
+            texts = [r.text or "" for r in replies]
+            keep_guaranteed_evidence(doc, activity, texts, time.time())
         data = orjson.dumps(doc)
         if data != stored.data:
             outcomes: Outcomes = {}

@@ -130,13 +130,31 @@ class Activity(BaseModel):
         )
 
 
-def check_storable(activity: Activity) -> None:
-    """`check_wire` of the JSON form of an `Activity` built in Python."""
+def received(
+    activity: Activity | Mapping[str, Any] | BaseModel,
+) -> tuple[Activity, dict[str, Any] | None]:
+    """`Activity.of(activity)` and, for an `Activity`, its JSON form (`wire_of`), which checking
+    it computes anyway (a turn with an id digests it, see `_delivery.digest`)."""
+    if isinstance(activity, Activity):
+        return activity, check_storable(activity)
+    return Activity.of(activity), None
+
+
+def wire_of(activity: Activity) -> dict[str, Any]:
+    """The wire JSON of an activity (aliases, no None members), as stored and digested."""
+    return activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def check_storable(activity: Activity) -> dict[str, Any] | None:
+    """`check_wire` of the JSON form of an `Activity` built in Python; that form (`wire_of`),
+    None when pydantic could not make it (then the JSON rule refuses the activity)."""
     try:
-        wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+        wire = wire_of(activity)
     except ValueError:  # pydantic refuses too deep a value: let the JSON rule say where
-        wire = activity.model_dump(by_alias=True, exclude_none=True)
+        check_wire(activity.model_dump(by_alias=True, exclude_none=True))
+        return None
     check_wire(wire)
+    return wire
 
 
 def check_wire(wire: dict[str, Any]) -> None:
@@ -145,7 +163,7 @@ def check_wire(wire: dict[str, Any]) -> None:
     beyond 64 bits, a NaN, too deep a nesting, a value of no JSON type. Work is linear in the
     activity's size."""
     try:
-        encode_json(_enclosed(wire))
+        encode_json([[[[wire]]]])  # `_enclosed(wire)` (KEPT_AT lists) written out: every turn
     except JsonRuleError:
         for name, value in wire.items():
             reason = _unstorable(name, value)

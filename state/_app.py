@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ._activity import Activity, ActivityError
+from ._activity import Activity, ActivityError, received
 from ._bucket import AgentState
 from ._context import TurnContext
 from ._delivery import (
     CLAIM_LEASE_SECONDS,
     RETENTION_SECONDS,
     claim_activity,
+    digest,
     evidence_name,
     evidence_prefix,
     recorded_replies,
@@ -115,11 +116,10 @@ class AgentApplication:
             _positive(dedup_retention, "dedup_retention")
         self.dedup_retention = dedup_retention
         self.claim_lease = _positive(claim_lease, "claim_lease")
-        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_ids_and_queue)
-        """The `TurnIds` of recent turns and their queue's key, one object per distinct ids
-        (so plan lookups find them by identity, and no turn builds them again)."""
-        self._evidence = lru_cache(maxsize=PLAN_CACHE_SIZE)(evidence_prefix)
-        """The `evidence_prefix` of recent ids: their ids escaped once, not on every turn."""
+        self._ids = lru_cache(maxsize=PLAN_CACHE_SIZE)(_Seen)
+        """What depends on the ids of recent turns alone (their `TurnIds`, one object per
+        distinct ids, so plan lookups find them by identity; their queue's key; their
+        `evidence_prefix`): built once, not on every turn."""
 
     def message(
         self,
@@ -179,36 +179,40 @@ class AgentApplication:
         return the replies it sent. A malformed activity raises `ActivityError` naming the
         field, before anything is read."""
         try:
-            activity = Activity.of(activity)
+            activity, wire = received(activity)
         except ActivityError as exc:
             report("refused", field=exc.field, others=exc.others)
             raise
         sender, conversation = activity.from_property, activity.conversation
-        ids, queue_key = self._ids(
+        seen = self._ids(
             activity.channel_id,
             sender.id if sender is not None else None,
             conversation.id if conversation is not None else None,
             self.app_name,
             self.namespace,
         )
-
+        ids = seen.ids
         retention = self.dedup_retention
-        name = None
+        name = fingerprint = None
         if activity.id and ids.channel_id and retention is not None:
-            name = evidence_name(self._evidence(ids), activity.id)
+            prefix = seen.prefix
+            if prefix is None:  # the ids escaped once, by the first turn with an activity id
+                prefix = seen.prefix = evidence_prefix(ids)
+            name = evidence_name(prefix, activity.id)
+            fingerprint = digest(activity, wire)
         early = choose_early(self._routes, activity)
 
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
             if name is not None:
-                assert retention is not None
-                first = recorded_replies(state, name, activity, retention)
+                assert retention is not None and fingerprint is not None
+                first = recorded_replies(state, name, activity, retention, fingerprint)
                 if first is not None:  # a redelivery: the first processing's outcome
                     report("redelivery", ids, activity=activity.id, replies=len(first))
                     state.discard()
                     return first
             ctx = TurnContext(activity, state, attempt)
             try:
-                claimed = await self._run(ctx, state, name, early)
+                claimed = await self._run(ctx, state, name, fingerprint, early)
             except Exception as error:
                 if self._on_error is None:
                     raise
@@ -216,11 +220,13 @@ class AgentApplication:
                 await self._on_error(ctx, error)
                 return ctx.replies
             if name is not None:
-                assert retention is not None
-                remember(state, name, activity, ctx.replies, retention, claimed=claimed)
+                assert retention is not None and fingerprint is not None
+                remember(
+                    state, name, activity, ctx.replies, retention, fingerprint, claimed=claimed
+                )
             return ctx.replies
 
-        place = self._queues.turn(queue_key)
+        place = self._queues.turn(seen.queue)
         waiting = place.take()
         if waiting is not None:
             await place.wait(waiting)
@@ -238,7 +244,12 @@ class AgentApplication:
             place.leave()
 
     async def _run(
-        self, ctx: TurnContext, state: TurnState, name: str | None, early: Route | None
+        self,
+        ctx: TurnContext,
+        state: TurnState,
+        name: str | None,
+        fingerprint: str | None,
+        early: Route | None,
     ) -> bool:
         """Run the hooks and the matching route (`early`, when chosen before the read, else
         the first match); whether the route claimed the activity (then its evidence replaces
@@ -254,9 +265,15 @@ class AgentApplication:
                 if not matched:
                     continue
             if route.claim and name is not None:
-                assert self.dedup_retention is not None
+                assert self.dedup_retention is not None and fingerprint is not None
                 await claim_activity(
-                    self.storage, state, name, ctx.activity, self.claim_lease, self.dedup_retention
+                    self.storage,
+                    state,
+                    name,
+                    ctx.activity,
+                    self.claim_lease,
+                    self.dedup_retention,
+                    fingerprint,
                 )
                 claimed = True
             if not route.rerun or route.claim:
@@ -314,16 +331,23 @@ def _positive(seconds: object, name: str) -> float:
     return float(seconds)
 
 
-def _ids_and_queue(
-    channel: str | None,
-    user: str | None,
-    conversation: str | None,
-    app_name: str | None,
-    namespace: str | None,
-) -> tuple[TurnIds, tuple[str | None, ...] | None]:
-    """The `TurnIds` of a turn and the key of its queue (`_queue_key`)."""
-    ids = TurnIds(channel, user, conversation, app_name, namespace)
-    return ids, _queue_key(ids)
+class _Seen:
+    """What depends on a turn's ids alone: its `TurnIds`, the key of its queue (`_queue_key`)
+    and, once a turn with an activity id needed it, its `evidence_prefix`."""
+
+    __slots__ = ("ids", "queue", "prefix")
+
+    def __init__(
+        self,
+        channel: str | None,
+        user: str | None,
+        conversation: str | None,
+        app_name: str | None,
+        namespace: str | None,
+    ) -> None:
+        self.ids = TurnIds(channel, user, conversation, app_name, namespace)
+        self.queue = _queue_key(self.ids)
+        self.prefix: str | None = None
 
 
 def _queue_key(ids: TurnIds) -> tuple[str | None, ...] | None:

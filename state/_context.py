@@ -41,8 +41,11 @@ class TurnContext:
         if self.state.closed:
             raise StateClosedError("replies")
         if isinstance(message, str):
-            check_wire({"text": message})  # the rest comes from the checked incoming activity
-            reply = self.activity.reply(message)
+            try:  # a str is JSON unless it holds a lone surrogate (that UTF-8 refuses)
+                message.encode()
+            except UnicodeEncodeError:
+                check_wire({"text": message})  # raises, naming the field
+            reply = self.activity.reply(message)  # the rest: the checked incoming activity's
         else:
             reply = Activity.of(message)
             defaults = self.activity.reply()

@@ -11,7 +11,10 @@ evidence alone. So a turn with an id
 writes exactly the documents its buckets changed, or one. A redelivery reads the same
 documents (the same activity takes the same route, so reads the same scopes), finds the
 evidence in the turn's one read and gets the first replies back without running the handler;
-the same id with other content is an `ActivityConflictError`.
+the same id with other content is an `ActivityConflictError`. A reply is kept as what the
+activity's own `reply()` would not give back (a text reply: its text alone): the digest
+guarantees a redelivery is the same activity, so it rebuilds the rest, and every turn that
+reads or writes the document decodes and encodes only that much.
 
 Bounds: an entry lives `retention` seconds (ignored once older, dropped at the document's next
 write) and a document keeps the newest `EVIDENCE_LIMIT` entries. Entries are named by
@@ -40,7 +43,7 @@ from typing import Any
 
 import orjson
 
-from ._activity import Activity
+from ._activity import Activity, wire_of
 from ._document import DELIVERED, Merge
 from ._errors import StateError
 from ._ids import TurnIds
@@ -98,30 +101,35 @@ def evidence_name(prefix: str, activity_id: str) -> str:
     return prefix + escape_segment(activity_id, what="activity id")
 
 
-def digest(activity: Activity) -> str:
-    """A fingerprint of the activity's content, to tell a redelivery from a reused id."""
-    wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+def digest(activity: Activity, wire: dict[str, Any] | None = None) -> str:
+    """A fingerprint of the activity's content, to tell a redelivery from a reused id (`wire`:
+    its JSON form, `wire_of`, when the caller holds it already)."""
+    if wire is None:
+        wire = wire_of(activity)
     return hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def recorded_replies(
-    state: TurnState, name: str, activity: Activity, retention: float
+    state: TurnState, name: str, activity: Activity, retention: float, fingerprint: str
 ) -> list[Activity] | None:
     """The replies of the first processing of `activity` (evidence named `name` in the
-    documents the turn read), or None when it is new; `ActivityConflictError` for evidence of
-    other content, `ActivityClaimedError` while another delivery's claim holds it."""
+    documents the turn read; `fingerprint`: its `digest`), or None when it is new;
+    `ActivityConflictError` for evidence of other content, `ActivityClaimedError` while another
+    delivery's claim holds it."""
+    found = state.delivered(name)
+    if not found:  # nearly every turn: a new activity
+        return None
     now = time.time()
     claimed = False
-    for key, entry in state.delivered(name):
+    for key, entry in found:
         _check(key, entry)
         if not _live(entry, now, retention):
             continue
         claim = entry.get("claim")
-        found = claim["digest"] if claim is not None else entry["digest"]
-        if found != digest(activity):
+        if (claim["digest"] if claim is not None else entry["digest"]) != fingerprint:
             raise ActivityConflictError(activity.id or "")
         if claim is None:
-            return [Activity.of(reply) for reply in entry["replies"]]
+            return [_restored(reply, activity) for reply in entry["replies"]]
         claimed = True
     if claimed:
         raise ActivityClaimedError(activity.id or "")
@@ -135,6 +143,7 @@ async def claim_activity(
     activity: Activity,
     lease: float,
     retention: float,
+    fingerprint: str,
 ) -> None:
     """Write a claim of `activity` living `lease` seconds into the turn's home document
     before the handler runs (a conditional write of the document as read, with the claim
@@ -146,7 +155,7 @@ async def claim_activity(
     if document is None:
         return
     now = time.time()
-    claim = {"digest": digest(activity), "token": uuid.uuid4().hex}
+    claim = {"digest": fingerprint, "token": uuid.uuid4().hex}
     document.note(
         name, _adding(name, _entry(activity, now, claim=claim, until=now + lease), retention)
     )
@@ -175,19 +184,54 @@ def remember(
     activity: Activity,
     replies: list[Activity],
     retention: float,
+    fingerprint: str,
     *,
     claimed: bool,
 ) -> None:
-    """Note the evidence of `activity` and its `replies` in the document the turn's save
-    writes it in (a claimed turn's: its home, replacing the claim)."""
-    document = state.evidence_document(home=claimed)
-    if document is None:
-        return
-    wire: list[dict[str, Any]] = [
-        reply.model_dump(mode="json", by_alias=True, exclude_none=True) for reply in replies
-    ]
-    entry = _entry(activity, time.time(), digest=digest(activity), replies=wire)
-    document.note(name, _adding(name, entry, retention))
+    """Note the evidence of `activity` (`fingerprint`: its `digest`) and its `replies` in the
+    document the turn's save writes it in (a claimed turn's: its home, replacing the claim),
+    chosen by the save (`TurnState.note_evidence`)."""
+    kept = [_kept(reply, activity) for reply in replies]
+    entry = _entry(activity, time.time(), digest=fingerprint, replies=kept)
+    state.note_evidence(name, _adding(name, entry, retention), home=claimed)
+
+
+_ROUTING = ("channel_id", "from_property", "recipient", "conversation", "reply_to_id")
+"""The fields `Activity.reply` fills in from the incoming activity."""
+
+
+def _kept(reply: Activity, activity: Activity) -> str | dict[str, Any]:
+    """A reply as its evidence keeps it: the members of its JSON form that `activity.reply()`
+    would not give back (None for one it lacks), or just its text for `activity.reply(text)`,
+    so a redelivery (the same activity, by its digest) rebuilds the rest (`_restored`)."""
+    if (
+        reply.type == "message"
+        and reply.text is not None
+        and reply.value is None
+        and not reply.__pydantic_extra__
+        and reply.channel_id == activity.channel_id
+        and reply.from_property is activity.recipient
+        and reply.recipient is activity.from_property
+        and reply.conversation is activity.conversation
+        and reply.reply_to_id == activity.id
+    ):  # `activity.reply(text)`, as `TurnContext.send(text)` makes it
+        return reply.text
+    wire = wire_of(reply)
+    default = wire_of(activity.reply())
+    kept = {name: value for name, value in wire.items() if default.get(name, _NONE) != value}
+    kept.update((name, None) for name in default if name not in wire)
+    return kept
+
+
+_NONE = object()
+
+
+def _restored(kept: str | dict[str, Any], activity: Activity) -> Activity:
+    """The reply `_kept` kept (or, from evidence written before replies were kept so, the
+    reply's whole JSON form), rebuilt for a redelivery of `activity`."""
+    if isinstance(kept, str):
+        return activity.reply(kept)
+    return Activity.of({**wire_of(activity.reply()), **kept})
 
 
 def _entry(activity: Activity, now: float, **members: Any) -> dict[str, Any]:
@@ -198,27 +242,27 @@ def _entry(activity: Activity, now: float, **members: Any) -> dict[str, Any]:
 
 def _adding(name: str, entry: dict[str, Any], retention: float) -> Merge:
     """Add `entry` as `name` to a document's evidence, dropping what is past `retention` and
-    all but the newest `EVIDENCE_LIMIT` entries."""
+    all but the newest `EVIDENCE_LIMIT` entries (entries are written oldest first, so both
+    drop from the front, and a turn looks at the few entries it drops and one more)."""
 
     def merge(delivered: dict[str, Any]) -> dict[str, Any]:
         now = time.time()
         delivered.pop(name, None)
-        for other in list(delivered):  # written oldest first: the first live one ends it
-            if _kept(other, delivered[other], now, retention):
-                break
+        over = len(delivered) - EVIDENCE_LIMIT + 1  # one over, as a rule
+        dropped: list[str] = []
+        for other, kept in delivered.items():  # written oldest first: drop from the front
+            if len(dropped) >= over and _carried(other, kept, now, retention):
+                break  # the first live one within the bound ends it
+            dropped.append(other)
+        for other in dropped:
             del delivered[other]
-        while len(delivered) >= EVIDENCE_LIMIT:  # one over, as a rule: drop the oldest
-            try:
-                del delivered[min(delivered, key=lambda other: delivered[other]["at"])]
-            except (TypeError, KeyError):
-                raise FormatError(name, f"holds {DELIVERED} evidence without times") from None
         delivered[name] = entry
         return delivered
 
     return merge
 
 
-def _kept(key: str, entry: Any, now: float, retention: float) -> bool:
+def _carried(key: str, entry: Any, now: float, retention: float) -> bool:
     """`_live` for an entry a write carries on, checking what it looks at (every entry is
     checked in full when a delivery looks it up by name)."""
     try:
@@ -240,7 +284,8 @@ def _check(key: str, entry: Any) -> dict[str, Any]:
     if isinstance(entry, dict) and _number(entry.get("at")):
         claim = entry.get("claim")
         if claim is None and isinstance(entry.get("digest"), str):
-            if isinstance(entry.get("replies"), list):
+            replies = entry.get("replies")
+            if isinstance(replies, list) and all(isinstance(r, (str, dict)) for r in replies):
                 return entry
         elif isinstance(claim, dict) and isinstance(claim.get("digest"), str):
             if _number(entry.get("until")):

@@ -64,7 +64,7 @@ class Document:
 
     __slots__ = (
         "key", "etag", "closed", "reads", "read_all", "exposed", "expires_at", "holds",
-        "delivered", "_loaded", "_stored", "_value", "_base", "_pending", "_note",
+        "delivered", "_loaded", "_stored", "_value", "_base", "_pending", "_note", "_dumped",
     )  # fmt: skip
     key: str | None
     etag: str | None
@@ -76,6 +76,8 @@ class Document:
     _value: Any
     _base: bytes | None
     _pending: bytes | None
+    _dumped: bytes | None
+    """The bytes `changed_now` serialized, for the `pending_write` that follows it at once."""
     delivered: dict[str, Any] | None
     """The delivery evidence the document carries (its `DELIVERED` member), None: none."""
     _note: tuple[str, Any, Merge] | None
@@ -85,13 +87,14 @@ class Document:
         self.key = key
         self.closed = self.read_all = self.exposed = False
         self.reads = set()
-        self._value = self._base = self._pending = self.holds = None
+        self._value = self._base = self._pending = self.holds = self._dumped = None
         self._note = self.delivered = None
         if item is None:  # `load(item)`, inline: every bucket of every turn starts here
             self._loaded = self._stored = self.etag = self.expires_at = None
         else:
             self._loaded, self._stored, self.etag = item.value, item.data, item.etag
-            self.expires_at = _expiry(item)
+            ttl = item.ttl  # `_expiry`, inline
+            self.expires_at = None if ttl is None else time.time() + ttl
             if DELIVERED in item.value:
                 self._take_delivered()
 
@@ -115,6 +118,7 @@ class Document:
         self.etag = item.etag if item is not None else None
         self.expires_at = _expiry(item) if item is not None else None
         self._value = self._base = self._pending = self._note = self.delivered = None
+        self._dumped = None
         self.reads = set()
         self.read_all = self.exposed = False
         if item is not None and DELIVERED in item.value:
@@ -157,6 +161,15 @@ class Document:
         if self._base is None or not self.exposed:
             return False
         return self.dump(self.document()) != self._base
+
+    def changed_now(self) -> bool:
+        """`changed`, asked by the save's own code just before the save (nothing can edit the
+        document in between): the bytes serialized are kept for its `pending_write`, so a
+        changed document is serialized once per save."""
+        if self._base is None or not self.exposed:
+            return False
+        self._dumped = dumped = self.dump(self.document())
+        return dumped != self._base
 
     def note(self, name: str, merge: Merge) -> None:
         """Add an evidence entry (`merge` adds it, and drops what the bounds drop) to be
@@ -208,8 +221,9 @@ class Document:
                 return None
         elif self._base is None:
             self.root()
-        document = self.document()
-        dumped = self.dump(document)
+        document, dumped, self._dumped = self.document(), self._dumped, None
+        if dumped is None:
+            dumped = self.dump(document)
         if dumped == self._base and self._note is None:
             return None
         if dumped != self._base:
@@ -293,7 +307,7 @@ class Document:
         except PatchConflictError as exc:
             raise self._conflict(message=f"cannot rebase: {exc}") from exc
         self._adopt(merged)
-        self._loaded = self._stored = self._pending = None
+        self._loaded = self._stored = self._pending = self._dumped = None
         self.etag, self._base, self.expires_at = fresh.etag, fresh._base, fresh.expires_at
 
     def _renote(self, note: tuple[str, Any, Merge] | None, theirs: dict[str, Any] | None) -> None:

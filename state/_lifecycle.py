@@ -68,10 +68,13 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
     documents = list(documents)
     pending: dict[str, tuple[Document, StoreItem]] = {}
     read: dict[str, Document] = {}
+    expiring = False  # a TTL (its class's) or a stored expiry: else no retention step at all
     for document in documents:
         key = document.key
         if key is None:
             continue
+        if document.ttl is not None or document.expires_at is not None:
+            expiring = True
         item = document.pending_write()
         if item is not None:
             pending[key] = (document, item)
@@ -86,7 +89,7 @@ async def save_documents(storage: Storage, documents: Iterable[Document]) -> Non
             del read[key]
     if all(document.evidence_only() for document, _ in pending.values()):
         read.clear()  # delivery evidence alone changes no value: nothing read needs checking
-    renewals = await give_expiry(storage, documents, pending, read)
+    renewals = await give_expiry(storage, documents, pending, read) if expiring else {}
     # the documents' keys were checked when built (the plan, `TurnState.attach`) and their
     # bytes by `Document.pending_write`; renewals rewrite stored documents under listed keys:
     # the storage takes the batch without checking again

@@ -31,8 +31,8 @@ PATH_CACHE_SIZE = 1024
 TURN_STATE_NAMES = frozenset({
     "app", "attach", "changed", "close", "closed", "conversation", "delete", "delivered", "discard",
     "discarded", "evidence_document", "fetch", "forbid_rerun", "get", "has", "history", "ids",
-    "keys", "load", "rerun", "scope", "scope_names", "session", "set", "setdefault",
-    "stored_documents", "temp", "to_dict", "update", "user",
+    "keys", "load", "note_evidence", "rerun", "scope", "scope_names", "session", "set",
+    "setdefault", "stored_documents", "temp", "to_dict", "update", "user",
 })  # fmt: skip
 """`TurnState`'s public attribute names, off limits for custom scopes (`state.<scope>`);
 listed here so the plan needs nothing of the turn (tests/state/test_turn_state.py pins them)."""

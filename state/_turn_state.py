@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._bucket import AgentState, document_of
-from ._document import DELIVERED, Document, R
+from ._document import DELIVERED, Document, Merge, R
 from ._errors import (
     MissingIdError,
     ScopeError,
@@ -40,7 +40,7 @@ class TurnState:
     """
 
     __slots__ = (
-        "ids", "discarded", "closed", "rerun", "_declared", "_home",
+        "ids", "discarded", "closed", "rerun", "_declared", "_home", "_evidence",
         "_scopes", "_plan", "_buckets", "_documents", "_unstored", "_found", "_read", "_history",
     )  # fmt: skip
 
@@ -74,6 +74,8 @@ class TurnState:
         self._read = read
         self._history: History | None = None
         self._home = self._choose_home() if found is not None else None  # else at `load`
+        self._evidence: tuple[str, Merge, bool] | None = None
+        """The evidence entry the save adds (`note_evidence`): name, merge, home."""
 
     async def load(self, extra_keys: tuple[str, ...] = ()) -> None:
         """Read every planned bucket (or the declared ones), and `extra_keys` (framework
@@ -83,7 +85,8 @@ class TurnState:
         if extra_keys:  # the plan's keys were checked when built; these are checked here
             keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:
-            self._found.update(await self._storage_read()(keys))
+            read = self._read if self._read is not None else self._storage_read()
+            self._found.update(await read(keys))
         self._home = self._choose_home()
 
     def _choose_home(self) -> str | None:
@@ -92,7 +95,9 @@ class TurnState:
         no index entry, unlike a new session), else the first of them; when the turn may use
         no stored scope, the one `_declared_keys` read."""
         plan, found = self._plan, self._found
-        names = [name for name in plan.evidence if self._allowed(name)]
+        names = plan.evidence
+        if self._declared is not None:
+            names = tuple(name for name in names if self._allowed(name))
         if not names:
             return _fallback(plan.evidence) if plan.evidence else None
         for name in names:
@@ -131,15 +136,24 @@ class TurnState:
                 found.append((key, delivered[name]))
         return found
 
-    def evidence_document(self, *, home: bool = False) -> Document | None:
+    def note_evidence(self, name: str, merge: Merge, *, home: bool = False) -> None:
+        """Have the turn's save add an evidence entry (`Document.note`) to the document
+        `evidence_document(home=home)` gives then: chosen when the turn is saved
+        (`stored_documents`), so the bytes its check serializes are the ones written."""
+        self._evidence = (name, merge, home)
+
+    def evidence_document(self, *, home: bool = False, saving: bool = False) -> Document | None:
         """The document this turn's delivery evidence goes in: the first of its documents in
         `Plan.evidence` order that its save writes, else (or with `home`) its home (see
-        `_choose_home`); None when the turn has no stored scope."""
+        `_choose_home`); None when the turn has no stored scope. `saving`: asked by the save
+        itself, which writes the bytes this check serializes (`Document.changed_now`)."""
         plan = self._plan
         if not home:
             for name in plan.evidence:
                 document = self._documents.get(plan.scopes[name][1] or "")
-                if document is not None and document.changed:
+                if document is not None and (
+                    document.changed_now() if saving else document.changed
+                ):
                     return document
         scope = self._home
         if scope is None:
@@ -156,7 +170,14 @@ class TurnState:
 
     def stored_documents(self) -> list[Document]:
         """The stored documents this turn has used so far (the only ones that can change):
-        its persisted buckets' and its records."""
+        its persisted buckets' and its records; the evidence noted (`note_evidence`) is added
+        to the document it goes in first: call this only to save them at once."""
+        evidence = self._evidence
+        if evidence is not None:
+            self._evidence = None
+            document = self.evidence_document(home=evidence[2], saving=True)
+            if document is not None:
+                document.note(evidence[0], evidence[1])
         return list(self._documents.values())
 
     def attach(self, cls: type[R], key: str) -> R:

@@ -28,6 +28,7 @@ from agent_state import (
     user_key,
 )
 from agent_state._delivery import EVIDENCE_LIMIT
+from agent_state._document import Document
 from agent_state.backends import MemoryStorage, Storage, StoreItem
 from tests.stores import STORES
 
@@ -288,3 +289,55 @@ def test_declared_scopes_are_checked_when_the_route_is_registered() -> None:
         app.message("x", scopes=("users",))
     with pytest.raises(TypeError, match="str"):
         app.activity("event", scopes="user")
+
+
+async def test_a_plain_reply_is_kept_as_what_a_redelivery_cannot_rebuild(storage: Storage) -> None:
+    app, _ = shop(storage)
+    first = await app.process(message("note"))
+    entry = (await stored(storage, SESSION))["$delivered"]["ch/c/c1/a-1"]
+    assert entry["replies"] == ["noted 1"]  # the rest comes from the activity
+    again = await app.process(message("note"))
+    assert [r.model_dump() for r in again] == [r.model_dump() for r in first]
+
+
+async def test_a_reply_of_its_own_shape_comes_back_whole_on_a_redelivery(
+    storage: Storage,
+) -> None:
+    app, ran = shop(storage)
+
+    @app.message("shaped")
+    async def shaped(ctx: TurnContext, state: TurnState) -> None:
+        ran.append(ctx.text)
+        state["noted"] = 1
+        await ctx.send({"type": "event", "recipient": {"id": "bob"}, "name": "x", "value": [1]})
+        await ctx.send({"text": "no reply-to", "replyToId": None, "channelData": {"a": 1}})
+        reply = ctx.activity.reply("renamed")
+        reply.recipient = None
+        ctx.replies.append(reply)
+
+    first = await app.process(message("shaped"))
+    again = await app.process(message("shaped"))
+    assert ran == ["shaped"]
+    assert [r.model_dump() for r in again] == [r.model_dump() for r in first]
+    assert first[0].recipient is not None and first[0].recipient.id == "bob"
+    assert first[2].recipient is None
+
+
+async def test_the_change_a_turn_saves_is_serialized_once(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, _ = shop(storage)
+    await app.process(message("note"))
+    dumped: list[str | None] = []
+    dump = Document.dump
+
+    def counted(document: Document, value: dict[str, Any]) -> bytes:
+        dumped.append(document.key)
+        return dump(document, value)
+
+    monkeypatch.setattr(Document, "dump", counted)
+    assert [r.text for r in await app.process(message("note", "a-2"))] == ["noted 2"]
+    # the baseline (stored bytes that carry evidence are not the value's) and the change once:
+    # the check placing the evidence and the save's write share the change's bytes
+    assert dumped.count(SESSION) == 2
+    assert (await stored(storage, SESSION))["noted"] == 2
