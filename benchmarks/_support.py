@@ -78,9 +78,8 @@ def message(i: int) -> Activity:
 
 
 EVIDENCE = "~applied"
-"""The floors' reserved member for delivery evidence: activity id -> [digest, reply texts]."""
-EVIDENCE_KEPT = 16
-"""Activities whose evidence a floor keeps per document (the bound by count)."""
+"""The floors' reserved member for delivery evidence: activity id -> [digest, time, sender,
+reply texts]."""
 
 
 def unapplied(activity_id: str, documents: Iterable[Mapping[str, Any]]) -> bool:
@@ -90,37 +89,33 @@ def unapplied(activity_id: str, documents: Iterable[Mapping[str, Any]]) -> bool:
 
 
 def keep_evidence(
-    document: dict[str, Any], activity_id: str, content: str, replies: list[str]
+    document: dict[str, Any],
+    activity_id: str,
+    wire: Mapping[str, Any],
+    sender: str | None,
+    replies: list[str],
+    now: float,
 ) -> None:
-    """Record in `document` (which the turn writes anyway) that `activity_id` was applied:
-    a digest of its content (the same id with other content is a conflict) and the replies
-    to return on a redelivery, keeping the last `EVIDENCE_KEPT`."""
-    digest = hashlib.blake2b(content.encode(), digest_size=16).hexdigest()
-    applied = document.setdefault(EVIDENCE, {})
-    applied[activity_id] = [digest, replies]
-    if len(applied) > EVIDENCE_KEPT:
-        del applied[next(iter(applied))]
-
-
-def keep_guaranteed_evidence(
-    document: dict[str, Any], activity: Activity, replies: list[str], now: float
-) -> None:
-    """`keep_evidence` with what our exactly-once guarantees need of an entry, the floor of
-    `turns.py`: the time it was made (`now`, for the retention window), the sender (so
-    `forget_user` finds it), a SHA-256 of the activity's whole JSON form (a hostile sender
-    cannot make another activity pass for a redelivery), the reply texts; the newest
-    `EVIDENCE_LIMIT` entries (our bound), entries past `RETENTION_SECONDS` dropped from the
-    front (oldest first), as ours are."""
-    wire = activity.model_dump(mode="json", by_alias=True, exclude_none=True)
+    """Record in `document` (which the turn writes anyway) that `activity_id` was applied,
+    with what our exactly-once guarantees need of an entry, so every floor keeps what ours
+    does: a SHA-256 of the activity's whole JSON form `wire` (the same id with other content
+    is a conflict, and a hostile sender cannot make another activity pass for a
+    redelivery), the time it was made (`now`, for the retention window), the sender (so
+    `forget_user` finds it) and the reply texts; the newest `EVIDENCE_LIMIT` entries (our
+    bound), entries past `RETENTION_SECONDS` dropped from the front (oldest first)."""
     digest = hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    sender = activity.from_property.id if activity.from_property is not None else None
     applied = document.setdefault(EVIDENCE, {})
-    applied[activity.id] = [digest, now, sender, replies]
+    applied[activity_id] = [digest, now, sender, replies]
     while True:  # the newest entry is live, so this ends
         oldest = next(iter(applied))
         if len(applied) <= EVIDENCE_LIMIT and applied[oldest][1] + RETENTION_SECONDS > now:
             break
         del applied[oldest]
+
+
+def wire_of(activity: Activity) -> dict[str, Any]:
+    """An activity's JSON form, as the framework checks and digests it."""
+    return activity.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def ms_message(

@@ -6,7 +6,8 @@ as real channels send them: our turn keeps its delivery evidence), or none ("no 
 Each floor does that turn's storage work directly, in the minimal design, and nothing
 else (it builds the reply too). With an id the floor checks the documents it read for the
 activity's evidence and writes the evidence inside the conversation document (so an
-unchanged turn with an id writes that one document):
+unchanged turn with an id writes that one document), keeping per entry what ours keeps
+(`_support.keep_evidence`: digest, time, sender, reply texts; our bound):
 
 - file: read the turn's four files (user, conversation, session, app; only the
   conversation exists), `orjson.loads` it, edit, `orjson.dumps`; if the bytes changed,
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
-from _support import free_port, keep_evidence, message, server, unapplied
+from _support import free_port, keep_evidence, message, server, unapplied, wire_of
 from redis.asyncio import Redis
 
 from agent_state import (
@@ -100,7 +101,8 @@ def edit(documents: list[bytes | None], activity: Activity, changes: bool) -> tu
         doc["count"] = count = count + 1
     reply = activity.reply(f"count {count}")
     if activity.id is not None:
-        keep_evidence(doc, activity.id, activity.text or "", [reply.text or ""])
+        sender = activity.from_property.id if activity.from_property is not None else None
+        keep_evidence(doc, activity.id, wire_of(activity), sender, [reply.text or ""], time.time())
     return orjson.dumps(doc), count
 
 

@@ -168,7 +168,8 @@ def floor(container: ContainerProxy) -> Turn:
         data = dict(current["data"]) if current is not None else {}
         count = data.get("count", 0) + 1
         data.update(count=count, notes=NOTES)
-        keep_evidence(data, activity_id, "hi", [f"count {count}"])
+        wire = {"type": "message", "id": activity_id, "from": {"id": user}, "text": "hi"}
+        keep_evidence(data, activity_id, wire, user, [f"count {count}"], time.time())
         body = {"id": pk, "pk": pk, "v": 1, "key": pk, "meta": {}, "data": data}
         if current is None:
             await container.create_item(body)

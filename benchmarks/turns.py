@@ -63,12 +63,13 @@ from _support import (
     ROOT,
     NoConnections,
     StubAdapter,
-    keep_guaranteed_evidence,
+    keep_evidence,
     message,
     ms_get,
     ms_message,
     ms_set,
     unapplied,
+    wire_of,
 )
 from google.adk.agents import BaseAgent
 from google.adk.agents.invocation_context import InvocationContext
@@ -378,7 +379,8 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
         replies = [activity.reply(f"count {count}")] if scenario.replies else []
         if activity.id is not None:
             texts = [r.text or "" for r in replies]
-            keep_guaranteed_evidence(doc, activity, texts, time.time())
+            sender = activity.from_property.id if activity.from_property is not None else None
+            keep_evidence(doc, activity.id, wire_of(activity), sender, texts, time.time())
         data = orjson.dumps(doc)
         if data != stored.data:
             outcomes: Outcomes = {}
