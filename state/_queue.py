@@ -9,7 +9,9 @@ With `carry`, a turn leaving hands the next turn of its key what it knows of its
 as last committed (`Carried`: the stored bytes and version of each key it read or wrote),
 so the next turn's first read of keys all covered by it needs no storage read. That turn's
 write stays conditional on those versions: a write by another process in between is a
-conflict, and the turn runs again on a fresh read. A failed turn hands on nothing.
+conflict, and the turn runs again on a fresh read. A failed turn hands on nothing, and only
+a turn that waited carries (so an uncontended turn pays nothing for it; in a burst, the
+first turn's successor reads the store, and each later turn starts from what it was handed).
 """
 
 from __future__ import annotations
@@ -244,9 +246,7 @@ class _Place:
             return place
         queues[key] = None
         self._token = _HELD.set((*held, mark))
-        if self._carry:
-            self._start_carrying(None)
-        return None
+        return None  # a turn that did not wait carries nothing: uncontended turns pay nothing
 
     async def wait(self, place: asyncio.Future[Known | None]) -> None:
         """Wait until the key is handed to this turn (`take` returned `place`), then hold it."""
