@@ -10,13 +10,14 @@ from them the delivery evidence of the user's activities (entries of their reser
 `$delivered` member naming the user, see `state/_delivery.py`); an export leaves them out.
 
 A forget first writes the marker `U/forgetting`, then deletes the user's documents pass after
-pass until a pass finds none, and only then the index entries, each at the version it read
-(a turn that saved its session again meanwhile rewrote its entry: the delete is refused and
-another pass finds what it saved), then removes the marker. So no session document outlives
-the entry that finds it. A turn of the user that read any of those documents before they
-went is refused at its save (its read checks and versions no longer hold) and re-runs on an
-empty state. A forget that dies half way leaves the marker, and the next `forget_user` or
-`export_user` of that user (the reader that settles it) finishes the forget first.
+pass until a pass finds none, and only then the index entries, each at the version that pass
+read before it looked at the sessions (a turn that started a session again since rewrote its
+entry: the delete is refused and another pass finds what it saved), then removes the marker. So
+no session document outlives the entry that finds it. A turn of the user that read any of those
+documents before they went is refused at its save (its read checks and versions no longer hold)
+and re-runs on an empty state. A forget that dies half way leaves the marker, and the next
+`forget_user` or `export_user` of that user (the reader that settles it) finishes the forget
+first.
 
 An index entry expires with the sessions it indexes (`state/_retention.py`); one that outlived
 them (nothing of its sessions is stored) names the user still: a forget removes it, an export
@@ -82,6 +83,9 @@ class _Finder:
         self.seen: dict[str, None] = {}
         """Every conversation an earlier pass found indexed: its session is looked at again
         even once its entry is gone (a racing commit may finish after a pass deleted it)."""
+        self.versions: dict[str, str] | None = None
+        """The index entries' versions, read by `find(versions=True)` before it looked at
+        their sessions: the entries a forget may delete once that look found nothing."""
 
     async def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, counted."""
@@ -98,13 +102,18 @@ class _Finder:
             found.update(await self.storage.read(batch))
         return found
 
-    async def find(self) -> tuple[list[str], list[str]]:
+    async def find(self, *, versions: bool = False) -> tuple[list[str], list[str]]:
         """The keys of the user's documents (the marker excluded) but their index entries,
-        and the index entries."""
+        and the index entries; with `versions`, the entries' `versions` are read first (a
+        session a turn starts after they were read rewrites its entry: see `forget_user`)."""
         own = await self.keys(self.root + "/")
         marker = forgetting_key(self.root)
         self.interrupted = marker in own
         sessions = [key for key in own if key.rsplit("/", 2)[-2] == "sessions"]
+        self.versions = None
+        if versions:
+            read = await self.read(sessions)
+            self.versions = {key: item.etag for key, item in read.items() if item.etag}
         found: list[str] = []
         buckets = [self.root]  # not listed: read to see whether they exist
         self.conversations = []
@@ -196,24 +205,23 @@ async def forget_user(
     await storage.write({marker: StoreItem({"started": time.time()}, "*")})
     for number in range(PASSES):
         if number:
-            keys, entries = await finder.find()
+            keys, entries = await finder.find(versions=True)
         await finder.scrub()
         if keys:
             await _delete_all(finder, keys, progress)
-        elif await _delete_entries(finder, entries, progress):
+        elif finder.versions is not None and await _delete_entries(finder, progress):
             break
     await storage.delete([marker])
     return finder.report
 
 
-async def _delete_entries(finder: _Finder, entries: list[str], progress: Progress | None) -> bool:
-    """Delete the index entries at the versions read once their sessions are gone; False
-    when a turn rewrote one meanwhile (it saved a session again: another pass finds it)."""
-    versions = await finder.read(entries)
+async def _delete_entries(finder: _Finder, progress: Progress | None) -> bool:
+    """Delete the index entries at the versions `find` read before it found none of their
+    sessions; False when a turn rewrote one since (it started a session again: another pass
+    finds it). Versions read after that look could be a new session's, left unindexed."""
+    versions = finder.versions or {}
     try:
-        await finder.storage.delete(
-            list(versions), if_match={key: item.etag for key, item in versions.items() if item.etag}
-        )
+        await finder.storage.delete(list(versions), if_match=versions)
     except ConflictError:
         return False
     finder.report.documents += len(versions)

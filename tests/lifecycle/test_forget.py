@@ -108,6 +108,50 @@ async def test_a_forget_racing_the_users_turns_leaves_nothing_said_before_it(
     assert await leftovers(storage, "ada.l", [*before, "during-"]) == []
 
 
+async def test_a_session_started_after_the_forgets_last_look_is_still_found(
+    storage: Storage,
+) -> None:
+    """A turn of the user starts a session (and writes its index entry) once the forget's
+    last pass looked at the sessions and found none, before it deletes the entries: the
+    entries it deletes are those it read before looking, so the new entry refuses the delete
+    and another pass finds the session; nothing of the user is left unindexed."""
+    app = application(storage)
+    before = [f"old-{i}" for i in range(2)]
+    for i, text in enumerate(before):
+        await app.process(activity("ada.l", f"c{i}", text))
+    entries = {user_key(CHANNEL, "ada.l") + f"/sessions/c{i}" for i in range(2)}
+    read, deleted, raced = storage.read, False, False
+
+    async def turn_before_the_entries_are_read(keys: Any) -> Any:
+        nonlocal raced
+        keys = list(keys)
+        if deleted and not raced and set(keys) == entries:
+            raced = True  # the forget deleted the sessions: ada starts c0 again
+            await app.process(activity("ada.l", "c0", "during"))
+        return await read(keys)
+
+    delete = storage.delete
+
+    async def note_deletes(keys: Any, **conditions: Any) -> None:
+        nonlocal deleted
+        deleted = True
+        await delete(keys, **conditions)
+
+    storage.read = turn_before_the_entries_are_read  # type: ignore[method-assign]
+    storage.delete = note_deletes  # type: ignore[method-assign]
+    try:
+        await forget_user(storage, CHANNEL, "ada.l")
+    finally:
+        storage.__dict__.pop("read", None)
+        storage.__dict__.pop("delete", None)
+    assert raced
+    try:
+        await forget_user(storage, CHANNEL, "ada.l")
+    except UnknownUserError:
+        pass
+    assert await leftovers(storage, "ada.l", [*before, "during"]) == []
+
+
 @pytest.mark.parametrize("name", SHARED)
 async def test_a_forget_killed_half_way_is_finished_by_the_next_reader(
     name: str, tmp_path: object

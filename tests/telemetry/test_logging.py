@@ -21,7 +21,8 @@ from agent_state import (
 from agent_state.backends import MemoryStorage, StoreItem
 
 USER = user_key("test", "ada")
-SECRET = "my card number is 4111"
+CARD = "4111-1111-1111-1111"
+SECRET = f"my card number is {CARD}"
 
 
 def message(activity_id: str | None = None) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def assert_no_content(caplog: pytest.LogCaptureFixture) -> None:
     assert caplog.records
     for record in caplog.records:
         assert record.name.startswith("agent_state.")
-        assert "4111" not in record.getMessage() and "4111" not in repr(record.__dict__)
+        assert CARD not in record.getMessage() and CARD not in repr(record.__dict__)
 
 
 async def test_a_rerun_is_logged_with_ids_and_counts(caplog: pytest.LogCaptureFixture) -> None:
