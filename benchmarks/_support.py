@@ -4,7 +4,6 @@ that drive the Microsoft 365 Agents SDK's AgentApplication without a channel."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import statistics
 import subprocess
@@ -15,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-import orjson
 from azure.core.pipeline.transport import AioHttpTransport
 from microsoft_agents import activity as ms_activity
 from microsoft_agents.hosting.core import (
@@ -29,6 +27,7 @@ from microsoft_agents.hosting.core.channel_adapter import ChannelAdapter
 
 from agent_state import Activity
 from agent_state._delivery import EVIDENCE_LIMIT, RETENTION_SECONDS
+from agent_state._seal import fingerprint, seal
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -78,7 +77,7 @@ def message(i: int) -> Activity:
 
 
 EVIDENCE = "~applied"
-"""The floors' reserved member for delivery evidence: activity id -> [digest, time, sender,
+"""The floors' reserved member for delivery evidence: activity id -> [digest, time, sealed
 reply texts]."""
 
 
@@ -92,7 +91,6 @@ def keep_evidence(
     document: dict[str, Any],
     activity_id: str,
     wire: Mapping[str, Any],
-    sender: str | None,
     replies: list[str],
     now: float,
 ) -> None:
@@ -100,12 +98,13 @@ def keep_evidence(
     with what our exactly-once guarantees need of an entry, so every floor keeps what ours
     does: a SHA-256 of the activity's whole JSON form `wire` (the same id with other content
     is a conflict, and a hostile sender cannot make another activity pass for a
-    redelivery), the time it was made (`now`, for the retention window), the sender (so
-    `forget_user` finds it) and the reply texts; the newest `EVIDENCE_LIMIT` entries (our
-    bound), entries past `RETENTION_SECONDS` dropped from the front (oldest first)."""
-    digest = hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    redelivery), the time it was made (`now`, for the retention window) and the reply texts
+    sealed with a key from the same bytes (the entry names no one, so a shared bucket keeps
+    nothing of a forgotten user); the newest `EVIDENCE_LIMIT` entries (our bound), entries
+    past `RETENTION_SECONDS` dropped from the front (oldest first)."""
+    printed = fingerprint(wire)
     applied = document.setdefault(EVIDENCE, {})
-    applied[activity_id] = [digest, now, sender, replies]
+    applied[activity_id] = [printed.digest, now, seal(printed.key, replies)]
     while True:  # the newest entry is live, so this ends
         oldest = next(iter(applied))
         if len(applied) <= EVIDENCE_LIMIT and applied[oldest][1] + RETENTION_SECONDS > now:

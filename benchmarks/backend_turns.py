@@ -7,7 +7,7 @@ Each floor does that turn's storage work directly, in the minimal design, and no
 else (it builds the reply too). With an id the floor checks the documents it read for the
 activity's evidence and writes the evidence inside the conversation document (so an
 unchanged turn with an id writes that one document), keeping per entry what ours keeps
-(`_support.keep_evidence`: digest, time, sender, reply texts; our bound):
+(`_support.keep_evidence`: digest, time, sealed reply texts; our bound):
 
 - file: read the turn's four files (user, conversation, session, app; only the
   conversation exists), `orjson.loads` it, edit, `orjson.dumps`; if the bytes changed,
@@ -101,8 +101,7 @@ def edit(documents: list[bytes | None], activity: Activity, changes: bool) -> tu
         doc["count"] = count = count + 1
     reply = activity.reply(f"count {count}")
     if activity.id is not None:
-        sender = activity.from_property.id if activity.from_property is not None else None
-        keep_evidence(doc, activity.id, wire_of(activity), sender, [reply.text or ""], time.time())
+        keep_evidence(doc, activity.id, wire_of(activity), [reply.text or ""], time.time())
     return orjson.dumps(doc), count
 
 

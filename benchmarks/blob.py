@@ -177,7 +177,7 @@ def floor(container: ContainerClient) -> Turn:
         data = dict(stored["data"]) if stored is not None else {}
         count = data.get("count", 0) + 1
         data.update(count=count, notes=NOTES)
-        keep_evidence(data, incoming["id"], incoming, user, [f"count {count}"], time.time())
+        keep_evidence(data, incoming["id"], incoming, [f"count {count}"], time.time())
         body = wrap(keys[1], dump_data(keys[1], data))
         condition: dict[str, Any] = {"overwrite": False}
         if stored is not None:

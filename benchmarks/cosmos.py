@@ -169,7 +169,7 @@ def floor(container: ContainerProxy) -> Turn:
         count = data.get("count", 0) + 1
         data.update(count=count, notes=NOTES)
         wire = {"type": "message", "id": activity_id, "from": {"id": user}, "text": "hi"}
-        keep_evidence(data, activity_id, wire, user, [f"count {count}"], time.time())
+        keep_evidence(data, activity_id, wire, [f"count {count}"], time.time())
         body = {"id": pk, "pk": pk, "v": 1, "key": pk, "meta": {}, "data": data}
         if current is None:
             await container.create_item(body)

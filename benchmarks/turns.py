@@ -25,9 +25,10 @@ no side keeps any evidence. What each row is:
   documents, so it is read with them), the handler's edit, change detection by bytes, one
   conditional write of the changed document (with an id, carrying the evidence), and the
   reply `Activity`. No framework, no checks. Its evidence is what our guarantees need, like
-  for like: per activity the time (retention window), the sender (`forget_user`), a SHA-256
-  of the activity's whole JSON form (hostile senders) and the reply texts, compact (a list
-  per entry), the newest `EVIDENCE_LIMIT` (32, our bound) kept, expired ones dropped.
+  for like: per activity the time (retention window), a SHA-256 of the activity's whole
+  JSON form (hostile senders) and the reply texts sealed with a key from the same bytes
+  (a forgotten user's replies stay unreadable), compact (a list per entry), the newest
+  `EVIDENCE_LIMIT` (32, our bound) kept, expired ones dropped.
 
 Each scenario runs as a full bot turn (the handler sends a reply) and state-only (nobody
 replies; the ADK runner's event then carries no reply text). Rounds are interleaved
@@ -379,8 +380,7 @@ async def floor(scenario: Scenario) -> tuple[Turn, Counts]:
         replies = [activity.reply(f"count {count}")] if scenario.replies else []
         if activity.id is not None:
             texts = [r.text or "" for r in replies]
-            sender = activity.from_property.id if activity.from_property is not None else None
-            keep_evidence(doc, activity.id, wire_of(activity), sender, texts, time.time())
+            keep_evidence(doc, activity.id, wire_of(activity), texts, time.time())
         data = orjson.dumps(doc)
         if data != stored.data:
             outcomes: Outcomes = {}

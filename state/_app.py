@@ -46,6 +46,7 @@ from ._routing import (
     text_match,
     type_match,
 )
+from ._seal import Fingerprint
 from ._turn_state import TurnState
 from .backends import Storage
 
@@ -248,7 +249,7 @@ class AgentApplication:
         ctx: TurnContext,
         state: TurnState,
         name: str | None,
-        fingerprint: str | None,
+        fingerprint: Fingerprint | None,
         early: Route | None,
     ) -> bool:
         """Run the hooks and the matching route (`early`, when chosen before the read, else

@@ -1,7 +1,8 @@
 """Exactly once per activity: evidence of a processed activity, inside a document the turn writes.
 
 A channel may deliver one activity twice (retries, redelivery after a timeout). A turn with an
-activity id leaves evidence of it (a digest of the activity and its replies) in the reserved
+activity id leaves evidence of it (a digest of the activity and its replies, sealed so that
+the entry names no one: `state/_seal.py`) in the reserved
 member `DELIVERED` of one of the bucket documents it writes anyway, in the same conditional
 write: the first of the documents it writes in `Plan.evidence` order (session, user,
 conversation, app, then custom scopes), or, when it changed nothing, its home: the first of
@@ -18,8 +19,9 @@ reads or writes the document decodes and encodes only that much.
 
 Bounds: an entry lives `retention` seconds (ignored once older, dropped at the document's next
 write) and a document keeps the newest `EVIDENCE_LIMIT` entries. Entries are named by
-channel, conversation (else user) and activity id (`evidence_name`), since the user and app
-documents hold entries from many conversations.
+channel, conversation and activity id (`evidence_name`), since the user and app documents
+hold entries from many conversations; without a conversation, by channel and one hash of the
+user and activity ids, so that shared documents hold no user id.
 
 Two deliveries running at once in different processes: the later save conflicts with the
 first whenever both touched a document in common, which turns whose changes depend only on
@@ -41,13 +43,12 @@ import time
 import uuid
 from typing import Any
 
-import orjson
-
 from ._activity import Activity, wire_of
 from ._document import DELIVERED, Merge
 from ._errors import StateError
 from ._ids import TurnIds
 from ._keys import escape_segment
+from ._seal import Fingerprint, fingerprint, seal, unseal
 from ._turn_state import TurnState
 from .backends import ConflictError, FormatError, Storage
 
@@ -88,32 +89,40 @@ class ActivityClaimedError(StateError):
 
 
 def evidence_prefix(ids: TurnIds) -> str:
-    """What comes before the activity id in the name of an activity's evidence entry:
-    `{channel}/c/{conversation}/`, or `{channel}/u/{user}/` without a conversation (ids are
-    unique per conversation). The same for every activity of given ids: keep it per ids."""
-    where = ("c", ids.conversation_id) if ids.conversation_id else ("u", ids.user_id or "")
+    """What the name of an activity's evidence entry is made from besides the activity id:
+    `{channel}/c/{conversation}/` (ids are unique per conversation), or without a
+    conversation `{channel}/u/{user}`, which `evidence_name` hashes with the activity id. The
+    same for every activity of given ids: keep it per ids."""
     channel = escape_segment(ids.channel_id or "", what="channel id")
-    return f"{channel}/{where[0]}/{escape_segment(where[1], what='conversation id')}/"
+    if ids.conversation_id:
+        return f"{channel}/c/{escape_segment(ids.conversation_id, what='conversation id')}/"
+    return f"{channel}/u/{escape_segment(ids.user_id or '', what='user id')}"
 
 
 def evidence_name(prefix: str, activity_id: str) -> str:
-    """The name of an activity's evidence entry, after its ids' `evidence_prefix`."""
-    return prefix + escape_segment(activity_id, what="activity id")
+    """The name of an activity's evidence entry, from its ids' `evidence_prefix`: the prefix
+    and the activity id, or for a user's prefix `{channel}/u/` and a hash of both (an entry
+    may lie in a shared document: its name must not hold the user's id)."""
+    escaped = escape_segment(activity_id, what="activity id")
+    if prefix[-1] == "/":
+        return prefix + escaped
+    channel, _, _ = prefix.split("/", 2)
+    hashed = hashlib.blake2b(f"{prefix}/{escaped}".encode(), digest_size=16).hexdigest()
+    return f"{channel}/u/{hashed}"
 
 
-def digest(activity: Activity, wire: dict[str, Any] | None = None) -> str:
-    """A fingerprint of the activity's content, to tell a redelivery from a reused id (`wire`:
-    its JSON form, `wire_of`, when the caller holds it already)."""
-    if wire is None:
-        wire = wire_of(activity)
-    return hashlib.sha256(orjson.dumps(wire, option=orjson.OPT_SORT_KEYS)).hexdigest()
+def digest(activity: Activity, wire: dict[str, Any] | None = None) -> Fingerprint:
+    """The activity's `Fingerprint`: its content's digest, to tell a redelivery from a reused
+    id, and the key its replies are sealed with (`wire`: its JSON form, `wire_of`, when the
+    caller holds it already)."""
+    return fingerprint(wire_of(activity) if wire is None else wire)
 
 
 def recorded_replies(
-    state: TurnState, name: str, activity: Activity, retention: float, fingerprint: str
+    state: TurnState, name: str, activity: Activity, retention: float, printed: Fingerprint
 ) -> list[Activity] | None:
     """The replies of the first processing of `activity` (evidence named `name` in the
-    documents the turn read; `fingerprint`: its `digest`), or None when it is new;
+    documents the turn read; `printed`: its `digest`), or None when it is new;
     `ActivityConflictError` for evidence of other content, `ActivityClaimedError` while another
     delivery's claim holds it."""
     found = state.delivered(name)
@@ -126,10 +135,10 @@ def recorded_replies(
         if not _live(entry, now, retention):
             continue
         claim = entry.get("claim")
-        if (claim["digest"] if claim is not None else entry["digest"]) != fingerprint:
+        if (claim["digest"] if claim is not None else entry["digest"]) != printed.digest:
             raise ActivityConflictError(activity.id or "")
         if claim is None:
-            return [_restored(reply, activity) for reply in entry["replies"]]
+            return [_restored(reply, activity) for reply in _replies(key, entry, printed)]
         claimed = True
     if claimed:
         raise ActivityClaimedError(activity.id or "")
@@ -143,7 +152,7 @@ async def claim_activity(
     activity: Activity,
     lease: float,
     retention: float,
-    fingerprint: str,
+    printed: Fingerprint,
 ) -> None:
     """Write a claim of `activity` living `lease` seconds into the turn's home document
     before the handler runs (a conditional write of the document as read, with the claim
@@ -155,10 +164,8 @@ async def claim_activity(
     if document is None:
         return
     now = time.time()
-    claim = {"digest": fingerprint, "token": uuid.uuid4().hex}
-    document.note(
-        name, _adding(name, _entry(activity, now, claim=claim, until=now + lease), retention)
-    )
+    claim = {"digest": printed.digest, "token": uuid.uuid4().hex}
+    document.note(name, _adding(name, {"claim": claim, "until": now + lease, "at": now}, retention))
     key = document.key
     assert key is not None
     for _ in range(CLAIM_RETRIES + 1):
@@ -184,15 +191,15 @@ def remember(
     activity: Activity,
     replies: list[Activity],
     retention: float,
-    fingerprint: str,
+    printed: Fingerprint,
     *,
     claimed: bool,
 ) -> None:
-    """Note the evidence of `activity` (`fingerprint`: its `digest`) and its `replies` in the
-    document the turn's save writes it in (a claimed turn's: its home, replacing the claim),
-    chosen by the save (`TurnState.note_evidence`)."""
+    """Note the evidence of `activity` (`printed`: its `digest`) and its `replies`, sealed, in
+    the document the turn's save writes it in (a claimed turn's: its home, replacing the
+    claim), chosen by the save (`TurnState.note_evidence`)."""
     kept = [_kept(reply, activity) for reply in replies]
-    entry = _entry(activity, time.time(), digest=fingerprint, replies=kept)
+    entry = {"digest": printed.digest, "sealed": seal(printed.key, kept), "at": time.time()}
     state.note_evidence(name, _adding(name, entry, retention), home=claimed)
 
 
@@ -234,10 +241,19 @@ def _restored(kept: str | dict[str, Any], activity: Activity) -> Activity:
     return Activity.of({**wire_of(activity.reply()), **kept})
 
 
-def _entry(activity: Activity, now: float, **members: Any) -> dict[str, Any]:
-    """An evidence entry made at `now`, naming the activity's sender (so a forget finds it)."""
-    sender = activity.from_property.id if activity.from_property is not None else None
-    return {**members, "at": now, **({"user": sender} if sender else {})}
+def _replies(key: str, entry: dict[str, Any], printed: Fingerprint) -> list[Any]:
+    """The replies `entry` (of the activity `printed`, stored at `key`) kept: unsealed, or as
+    evidence written before replies were sealed kept them."""
+    sealed = entry.get("sealed")
+    if sealed is None:
+        return list(entry["replies"])
+    try:
+        replies = unseal(printed.key, sealed)
+    except ValueError:
+        replies = None
+    if not (isinstance(replies, list) and all(isinstance(r, (str, dict)) for r in replies)):
+        raise FormatError(key, f"holds {DELIVERED} evidence whose replies do not unseal")
+    return replies
 
 
 def _adding(name: str, entry: dict[str, Any], retention: float) -> Merge:
@@ -284,6 +300,8 @@ def _check(key: str, entry: Any) -> dict[str, Any]:
     if isinstance(entry, dict) and _number(entry.get("at")):
         claim = entry.get("claim")
         if claim is None and isinstance(entry.get("digest"), str):
+            if isinstance(entry.get("sealed"), str):
+                return entry
             replies = entry.get("replies")
             if isinstance(replies, list) and all(isinstance(r, (str, dict)) for r in replies):
                 return entry

@@ -5,9 +5,9 @@ A user's documents are: the user bucket and every record under it (`U/...`: thei
 records and their index of sessions, `user_session`), and for each indexed session `S` of a
 conversation `C`: `S` and everything under it (history head, pages and message ids, runs,
 AG-UI thread documents) and the AG-UI owner record `C/agui-owner` when it names the user.
-Conversation buckets (`C`) are shared by every member and are kept, but a forget removes
-from them the delivery evidence of the user's activities (entries of their reserved
-`$delivered` member naming the user, see `state/_delivery.py`); an export leaves them out.
+Conversation buckets (`C`) are shared by every member and are kept (an export leaves them
+out): the delivery evidence a turn of the user may leave in them, as in the app bucket, names
+no one and holds their replies sealed with the activity (`state/_seal.py`).
 
 A forget first writes the marker `U/forgetting`, then deletes the user's documents pass after
 pass until a pass finds none, and only then the index entries, each at the version that pass
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._backup import Progress, document_line, listing
-from ._document import DELIVERED
 from ._errors import StateError
 from ._keys import conversation_key, forgetting_key, session_key, thread_owner_key, user_key
 from ._keys import unescape_segment as _unescape
@@ -73,8 +72,6 @@ class _Finder:
         self.storage, self.channel, self.user, self.namespace = storage, channel, user, namespace
         self.root = user_key(channel, user, namespace=namespace)
         self.report = UserDataReport()
-        self.conversations: list[str] = []
-        """The keys of the conversations the user has sessions in (found by `find`)."""
         self.interrupted = False
         """Whether `find` listed the marker of a forget that did not finish."""
         self.stale: list[str] = []
@@ -116,7 +113,6 @@ class _Finder:
             self.versions = {key: item.etag for key, item in read.items() if item.etag}
         found: list[str] = []
         buckets = [self.root]  # not listed: read to see whether they exist
-        self.conversations = []
         for entry in sessions:
             self.seen[_unescape(entry.rsplit("/", 1)[1])] = None
         stored: dict[str, int] = {}  # conversation -> how many documents of its session
@@ -127,9 +123,6 @@ class _Finder:
             found += await self._conversation_records(conversation)
             stored[conversation] = len(found) - before
             buckets.append(session)
-            self.conversations.append(
-                conversation_key(self.channel, conversation, namespace=self.namespace)
-            )
         existing = await self.read(buckets)
         for conversation, session in zip(self.seen, buckets[1:], strict=True):
             stored[conversation] += session in existing
@@ -150,32 +143,6 @@ class _Finder:
         ]
         found = await self.read(keys)
         return [key for key in keys if key in found and _names(found[key].value, self.user)]
-
-    async def scrub(self) -> None:
-        """Remove the user's delivery evidence from the conversation buckets `find` found,
-        each written at the version read (read again and retried when a turn wrote it
-        meanwhile)."""
-        pending = self.conversations
-        for _ in range(PASSES):
-            if not pending:
-                return
-            refused: list[str] = []
-            for key, item in (await self.read(pending)).items():
-                delivered = item.value.get(DELIVERED)
-                if not isinstance(delivered, dict):
-                    continue
-                kept = {k: e for k, e in delivered.items() if not _names(e, self.user)}
-                if len(kept) == len(delivered):
-                    continue
-                if kept:
-                    item.value[DELIVERED] = kept
-                else:
-                    del item.value[DELIVERED]
-                try:
-                    await self.storage.write({key: StoreItem(item.value, item.etag)})
-                except ConflictError:
-                    refused.append(key)
-            pending = refused
 
 
 def _names(value: Any, user: str) -> bool:
@@ -206,7 +173,6 @@ async def forget_user(
     for number in range(PASSES):
         if number:
             keys, entries = await finder.find(versions=True)
-        await finder.scrub()
         if keys:
             await _delete_all(finder, keys, progress)
         elif finder.versions is not None and await _delete_entries(finder, progress):

@@ -18,6 +18,9 @@ import orjson
 import pytest
 
 from agent_state import (
+    AgentApplication,
+    TurnContext,
+    TurnState,
     UnknownUserError,
     conversation_key,
     export_user,
@@ -106,6 +109,38 @@ async def test_a_forget_racing_the_users_turns_leaves_nothing_said_before_it(
     except UnknownUserError:
         pass
     assert await leftovers(storage, "ada.l", [*before, "during-"]) == []
+
+
+async def test_a_user_who_changed_only_shared_buckets_leaves_nothing_naming_them(
+    storage: Storage,
+) -> None:
+    """A turn that changes only the conversation or the app bucket (with or without a
+    conversation) leaves its delivery evidence there: it names no one and seals the replies
+    (which echo the user), so nothing about the user is stored for a forget to find, and a
+    redelivery still gets the first replies."""
+    app, ran = AgentApplication(storage, app_name=AGENT), []
+
+    @app.message()
+    async def shared(ctx: TurnContext, state: TurnState) -> None:
+        ran.append(ctx.text)
+        scope = "app" if ctx.text.startswith("app") else "conversation"
+        state[f"{scope}:n"] = state.get(f"{scope}.n", 0) + 1
+        await ctx.send(f"you said {ctx.text}")
+
+    without_conversation = activity("ada.l", "c1", "app-ada-nochat")
+    del without_conversation["conversation"]
+    sent = [
+        activity("ada.l", "c1", "conv-ada-secret"),
+        activity("ada.l", "c1", "app-ada-secret"),
+        without_conversation,
+    ]
+    first = [[reply.text for reply in await app.process(wire)] for wire in sent]
+    await app.process(activity("bob", "c1", "bob-one"))
+    assert await leftovers(storage, "ada.l", ["ada-secret", "ada-nochat"]) == []
+    with pytest.raises(UnknownUserError):
+        await forget_user(storage, CHANNEL, "ada.l")
+    again = [[reply.text for reply in await app.process(wire)] for wire in sent]
+    assert again == first == [[f"you said {wire['text']}"] for wire in sent] and len(ran) == 4
 
 
 async def test_a_session_started_after_the_forgets_last_look_is_still_found(

@@ -5,11 +5,13 @@ conditional write, on every backend. Writes and reads are observed on the real b
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent_state import (
@@ -21,15 +23,16 @@ from agent_state import (
     TurnState,
     UndeclaredScopeError,
     conversation_key,
-    forget_user,
     open_storage,
     parse_key,
     session_key,
     user_key,
 )
-from agent_state._delivery import EVIDENCE_LIMIT
+from agent_state._activity import Activity
+from agent_state._delivery import EVIDENCE_LIMIT, digest
 from agent_state._document import Document
-from agent_state.backends import MemoryStorage, Storage, StoreItem
+from agent_state._seal import unseal
+from agent_state.backends import FormatError, MemoryStorage, Storage, StoreItem
 from tests.stores import STORES
 
 USER = user_key("ch", "ada")
@@ -268,19 +271,27 @@ async def test_an_undeclared_scope_is_a_typed_error_with_nothing_written(
     assert [key async for key in storage.list("")] == []
 
 
-async def test_a_forget_removes_the_users_evidence_from_the_shared_conversation(
-    storage: Storage,
-) -> None:
-    app, _ = shop(storage)
-    await app.process(message("note", None))  # a session: the user's index finds c1
-    await app.process(message("count", "mine"))
+async def test_evidence_in_the_shared_conversation_names_no_one(storage: Storage) -> None:
+    app, ran = shop(storage)
+    first = await app.process(message("count", "mine"))
     await app.process(message("count", "theirs", user="bob"))
-    assert set((await stored(storage, CONVERSATION))["$delivered"]) == {
-        "ch/c/c1/mine", "ch/c/c1/theirs"
-    }  # fmt: skip
-    await forget_user(storage, "ch", "ada")
-    kept = await stored(storage, CONVERSATION)
-    assert kept["n"] == 2 and set(kept["$delivered"]) == {"ch/c/c1/theirs"}
+    entries = (await stored(storage, CONVERSATION))["$delivered"]
+    assert set(entries) == {"ch/c/c1/mine", "ch/c/c1/theirs"}
+    raw = orjson.dumps(entries)
+    assert b"ada" not in raw and b"n 1" not in raw  # no sender, the reply sealed
+    again = await app.process(message("count", "mine"))  # a redelivery opens it
+    assert [r.text for r in again] == [r.text for r in first] == ["n 1"] and len(ran) == 2
+
+
+async def test_evidence_whose_replies_do_not_unseal_is_a_format_error(storage: Storage) -> None:
+    app, ran = shop(storage)
+    await app.process(message("count", "mine"))
+    planted = await stored(storage, CONVERSATION)
+    planted["$delivered"]["ch/c/c1/mine"]["sealed"] = base64.b64encode(b"x" * 40).decode()
+    await storage.write({CONVERSATION: StoreItem(planted, "*")})
+    with pytest.raises(FormatError, match="unseal"):
+        await app.process(message("count", "mine"))
+    assert len(ran) == 1 and await stored(storage, CONVERSATION) == planted
 
 
 def test_declared_scopes_are_checked_when_the_route_is_registered() -> None:
@@ -295,7 +306,8 @@ async def test_a_plain_reply_is_kept_as_what_a_redelivery_cannot_rebuild(storage
     app, _ = shop(storage)
     first = await app.process(message("note"))
     entry = (await stored(storage, SESSION))["$delivered"]["ch/c/c1/a-1"]
-    assert entry["replies"] == ["noted 1"]  # the rest comes from the activity
+    key = digest(Activity.of(message("note"))).key
+    assert unseal(key, entry["sealed"]) == ["noted 1"]  # the rest comes from the activity
     again = await app.process(message("note"))
     assert [r.model_dump() for r in again] == [r.model_dump() for r in first]
 
