@@ -99,12 +99,12 @@ def keep_evidence(
     does: a SHA-256 of the activity's whole JSON form `wire` (the same id with other content
     is a conflict, and a hostile sender cannot make another activity pass for a
     redelivery), the time it was made (`now`, for the retention window) and the reply texts
-    sealed with a key from the same bytes (the entry names no one, so a shared bucket keeps
+    (if any) sealed with a key from the same bytes (the entry names no one, so a shared bucket keeps
     nothing of a forgotten user); the newest `EVIDENCE_LIMIT` entries (our bound), entries
     past `RETENTION_SECONDS` dropped from the front (oldest first)."""
     printed = fingerprint(wire)
     applied = document.setdefault(EVIDENCE, {})
-    applied[activity_id] = [printed.digest, now, seal(printed.key, replies)]
+    applied[activity_id] = [printed.digest, now, seal(printed.key, replies) if replies else []]
     while True:  # the newest entry is live, so this ends
         oldest = next(iter(applied))
         if len(applied) <= EVIDENCE_LIMIT and applied[oldest][1] + RETENTION_SECONDS > now:

@@ -198,8 +198,11 @@ def remember(
     """Note the evidence of `activity` (`printed`: its `digest`) and its `replies`, sealed, in
     the document the turn's save writes it in (a claimed turn's: its home, replacing the
     claim), chosen by the save (`TurnState.note_evidence`)."""
-    kept = [_kept(reply, activity) for reply in replies]
-    entry = {"digest": printed.digest, "sealed": seal(printed.key, kept), "at": time.time()}
+    if replies:
+        sealed = seal(printed.key, [_kept(reply, activity) for reply in replies])
+        entry: dict[str, Any] = {"digest": printed.digest, "sealed": sealed, "at": time.time()}
+    else:  # nothing to seal
+        entry = {"digest": printed.digest, "replies": [], "at": time.time()}
     state.note_evidence(name, _adding(name, entry, retention), home=claimed)
 
 
@@ -242,8 +245,8 @@ def _restored(kept: str | dict[str, Any], activity: Activity) -> Activity:
 
 
 def _replies(key: str, entry: dict[str, Any], printed: Fingerprint) -> list[Any]:
-    """The replies `entry` (of the activity `printed`, stored at `key`) kept: unsealed, or as
-    evidence written before replies were sealed kept them."""
+    """The replies `entry` (of the activity `printed`, stored at `key`) kept: unsealed, or
+    none (nothing was sealed), or as evidence written before replies were sealed kept them."""
     sealed = entry.get("sealed")
     if sealed is None:
         return list(entry["replies"])

@@ -7,13 +7,16 @@ which is never stored: a redelivery of that very activity opens them; once the u
 documents are gone, nothing in the store does. The digest that tells a redelivery from a
 reused id and the key come from the same bytes by two unrelated hashes (SHA-256 and a
 personalised BLAKE2b), so one does not give the other. Sealing is an XOR with SHAKE-256's
-output for the key and a fresh nonce (stdlib `hashlib`), kept as base64 text.
+output for the key and a nonce no other seal of this process uses (a counter from a random
+start: a key is the activity's, so a nonce need only differ between seals of one activity),
+kept as base64 text (stdlib `hashlib`, `base64`).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -23,7 +26,8 @@ import orjson
 _PERSON = b"agent-state/seal"
 """Personalises the key's hash, so it is unrelated to the stored SHA-256 of the same bytes."""
 _NONCE = 16
-"""Random bytes before each sealed text: no two seals share a keystream."""
+"""Bytes of nonce before each sealed text: no two seals share a keystream."""
+_nonces = itertools.count(int.from_bytes(os.urandom(_NONCE), "little") >> 1)
 
 
 class Fingerprint(NamedTuple):
@@ -44,7 +48,7 @@ def fingerprint(wire: Mapping[str, Any]) -> Fingerprint:
 
 def seal(key: bytes, value: Any) -> str:
     """`value` as JSON, sealed under `key` (text only `unseal` with that key reads)."""
-    nonce = os.urandom(_NONCE)
+    nonce = next(_nonces).to_bytes(_NONCE, "little")
     return base64.b64encode(nonce + _xor(orjson.dumps(value), nonce + key)).decode()
 
 
