@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from agent_state import (
+    Activity,
     ActivityConflictError,
     AgentApplication,
     ScopeError,
@@ -28,7 +29,6 @@ from agent_state import (
     session_key,
     user_key,
 )
-from agent_state._activity import Activity
 from agent_state._delivery import EVIDENCE_LIMIT, digest
 from agent_state._document import Document
 from agent_state._seal import unseal
