@@ -22,6 +22,7 @@ from ._context import TurnContext
 from ._delivery import (
     CLAIM_LEASE_SECONDS,
     RETENTION_SECONDS,
+    Delivery,
     claim_activity,
     digest,
     evidence_name,
@@ -46,7 +47,6 @@ from ._routing import (
     text_match,
     type_match,
 )
-from ._seal import Fingerprint
 from ._turn_state import TurnState
 from .backends import Storage
 
@@ -194,37 +194,33 @@ class AgentApplication:
         )
         ids = seen.ids
         retention = self.dedup_retention
-        name = fingerprint = None
+        delivery = None
         if activity.id and ids.channel_id and retention is not None:
             prefix = seen.prefix
             if prefix is None:  # the ids escaped once, by the first turn with an activity id
                 prefix = seen.prefix = evidence_prefix(ids)
             name = evidence_name(prefix, activity.id)
-            fingerprint = digest(activity, wire)
+            delivery = Delivery(name, digest(activity, wire), retention)
         early = choose_early(self._routes, activity)
 
         async def turn(state: TurnState, attempt: int) -> list[Activity]:
-            if name is not None:
-                assert retention is not None and fingerprint is not None
-                first = recorded_replies(state, name, activity, retention, fingerprint)
+            if delivery is not None:
+                first = recorded_replies(state, delivery, activity)
                 if first is not None:  # a redelivery: the first processing's outcome
                     report("redelivery", ids, activity=activity.id, replies=len(first))
                     state.discard()
                     return first
             ctx = TurnContext(activity, state, attempt)
             try:
-                claimed = await self._run(ctx, state, name, fingerprint, early)
+                claimed = await self._run(ctx, state, delivery, early)
             except Exception as error:
                 if self._on_error is None:
                     raise
                 state.discard()
                 await self._on_error(ctx, error)
                 return ctx.replies
-            if name is not None:
-                assert retention is not None and fingerprint is not None
-                remember(
-                    state, name, activity, ctx.replies, retention, fingerprint, claimed=claimed
-                )
+            if delivery is not None:
+                remember(state, delivery, activity, ctx.replies, claimed=claimed)
             return ctx.replies
 
         place = self._queues.turn(seen.queue)
@@ -248,8 +244,7 @@ class AgentApplication:
         self,
         ctx: TurnContext,
         state: TurnState,
-        name: str | None,
-        fingerprint: Fingerprint | None,
+        delivery: Delivery | None,
         early: Route | None,
     ) -> bool:
         """Run the hooks and the matching route (`early`, when chosen before the read, else
@@ -265,17 +260,8 @@ class AgentApplication:
                     matched = await matched
                 if not matched:
                     continue
-            if route.claim and name is not None:
-                assert self.dedup_retention is not None and fingerprint is not None
-                await claim_activity(
-                    self.storage,
-                    state,
-                    name,
-                    ctx.activity,
-                    self.claim_lease,
-                    self.dedup_retention,
-                    fingerprint,
-                )
+            if route.claim and delivery is not None:
+                await claim_activity(self.storage, state, delivery, ctx.activity, self.claim_lease)
                 claimed = True
             if not route.rerun or route.claim:
                 state.forbid_rerun()

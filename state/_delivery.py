@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._activity import Activity, wire_of
 from ._document import DELIVERED, Merge
@@ -88,6 +88,16 @@ class ActivityClaimedError(StateError):
         )
 
 
+class Delivery(NamedTuple):
+    """What a turn with an activity id knows of its delivery: the name of the activity's
+    evidence entry (`evidence_name`), its `Fingerprint` (`digest`) and how long evidence
+    counts (`retention`, seconds)."""
+
+    name: str
+    printed: Fingerprint
+    retention: float
+
+
 def evidence_prefix(ids: TurnIds) -> str:
     """What the name of an activity's evidence entry is made from besides the activity id:
     `{channel}/c/{conversation}/` (ids are unique per conversation), or without a
@@ -119,15 +129,16 @@ def digest(activity: Activity, wire: dict[str, Any] | None = None) -> Fingerprin
 
 
 def recorded_replies(
-    state: TurnState, name: str, activity: Activity, retention: float, printed: Fingerprint
+    state: TurnState, delivery: Delivery, activity: Activity
 ) -> list[Activity] | None:
-    """The replies of the first processing of `activity` (evidence named `name` in the
-    documents the turn read; `printed`: its `digest`), or None when it is new;
+    """The replies of the first processing of `activity` (its `delivery`'s evidence in the
+    documents the turn read), or None when it is new;
     `ActivityConflictError` for evidence of other content, `ActivityClaimedError` while another
     delivery's claim holds it."""
-    found = state.delivered(name)
+    found = state.delivered(delivery.name)
     if not found:  # nearly every turn: a new activity
         return None
+    printed, retention = delivery.printed, delivery.retention
     now = time.time()
     claimed = False
     for key, entry in found:
@@ -146,13 +157,7 @@ def recorded_replies(
 
 
 async def claim_activity(
-    storage: Storage,
-    state: TurnState,
-    name: str,
-    activity: Activity,
-    lease: float,
-    retention: float,
-    printed: Fingerprint,
+    storage: Storage, state: TurnState, delivery: Delivery, activity: Activity, lease: float
 ) -> None:
     """Write a claim of `activity` living `lease` seconds into the turn's home document
     before the handler runs (a conditional write of the document as read, with the claim
@@ -163,8 +168,8 @@ async def claim_activity(
     document = state.evidence_document(home=True)
     if document is None:
         return
-    now = time.time()
-    claim = {"digest": printed.digest, "token": uuid.uuid4().hex}
+    name, retention, now = delivery.name, delivery.retention, time.time()
+    claim = {"digest": delivery.printed.digest, "token": uuid.uuid4().hex}
     document.note(name, _adding(name, {"claim": claim, "until": now + lease, "at": now}, retention))
     key = document.key
     assert key is not None
@@ -187,23 +192,23 @@ async def claim_activity(
 
 def remember(
     state: TurnState,
-    name: str,
+    delivery: Delivery,
     activity: Activity,
     replies: list[Activity],
-    retention: float,
-    printed: Fingerprint,
     *,
     claimed: bool,
 ) -> None:
-    """Note the evidence of `activity` (`printed`: its `digest`) and its `replies`, sealed, in
-    the document the turn's save writes it in (a claimed turn's: its home, replacing the
-    claim), chosen by the save (`TurnState.note_evidence`)."""
+    """Note the evidence of `activity` (of `delivery`) and its `replies`, sealed, in the
+    document the turn's save writes it in (a claimed turn's: its home, replacing the claim),
+    chosen by the save (`TurnState.note_evidence`)."""
+    printed = delivery.printed
     if replies:
         sealed = seal(printed.key, [_kept(reply, activity) for reply in replies])
         entry: dict[str, Any] = {"digest": printed.digest, "sealed": sealed, "at": time.time()}
     else:  # nothing to seal
         entry = {"digest": printed.digest, "replies": [], "at": time.time()}
-    state.note_evidence(name, _adding(name, entry, retention), home=claimed)
+    name = delivery.name
+    state.note_evidence(name, _adding(name, entry, delivery.retention), home=claimed)
 
 
 _ROUTING = ("channel_id", "from_property", "recipient", "conversation", "reply_to_id")
