@@ -332,12 +332,13 @@ class RedisStorage(Storage):
     async def _call(self, pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
         """One command on a connection of a plain client's pool, its reply or error reply:
         what `execute_command` does for us without its per-call layers (retries, which are
-        off, and redis-py's own metrics). The connection drops itself on any failure mid-way
-        (redis-py's rule), so it never returns to the pool holding an unread reply."""
+        off, redis-py's own metrics, and a task per write: `_send`). The connection drops
+        itself on any failure mid-way (redis-py's rule), so it never returns to the pool
+        holding an unread reply."""
         take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
         connection = await take()
         try:
-            await connection.send_packed_command(connection.pack_command(*command))
+            await _send(connection, connection.pack_command(*command))
             try:
                 return await connection.read_response()
             except ResponseError as exc:
@@ -370,6 +371,28 @@ class RedisStorage(Storage):
             yield
         finally:
             slots.release()
+
+
+async def _send(connection: Connection, packed: list[bytes]) -> None:
+    """Write a packed request to a connection the pool has made ready, as redis-py's
+    `send_packed_command` does but without the task its write timeout starts on every call
+    (two more turns of the event loop: a lone read's largest client cost after the socket
+    itself). The socket takes a request at once unless its buffer is full; only then does
+    this wait, at most the connection's `socket_timeout`. A lost connection shows when the
+    reply is read. On any failure here the connection drops itself, as in redis-py's send.
+    """
+    check_health: Callable[[], Awaitable[None]] = connection.check_health  # untyped in redis-py
+    try:
+        await check_health()  # a PING first, if the client asked for health checks
+        writer = connection._writer  # redis-py's own stream; set: the pool connected it
+        if writer is None:
+            raise ConnectionError("the pooled Redis connection is not connected")
+        writer.writelines(packed)
+        if writer.transport.get_write_buffer_size():
+            await asyncio.wait_for(writer.drain(), connection.socket_timeout)
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
 
 
 _FREE = contextlib.nullcontext()

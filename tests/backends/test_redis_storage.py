@@ -1,7 +1,8 @@
 """RedisStorage on real servers: round trips, slot grouping, versions, TTL, outages, URLs.
 
-Round trips are counted by wrapping redis-py's `send_packed_command` (one call is one write of a
-whole request or pipeline to the socket) and cross-checked with the server's command stats.
+Round trips are counted by wrapping the stream writes of every request (one `writelines` of a
+whole request or pipeline to the socket, by redis-py or by the storage's own `_send`) and
+cross-checked with the server's command stats.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import orjson
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
-from redis.asyncio.connection import AbstractConnection, SSLConnection
+from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
@@ -96,15 +97,15 @@ class RoundTrips:
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
     """Counts requests written to any Redis socket (a pipeline is written as one request)."""
     counter = RoundTrips()
-    send = AbstractConnection.send_packed_command
+    write = asyncio.StreamWriter.writelines
 
-    async def counting(
-        self: AbstractConnection, command: bytes | list[bytes], check_health: bool = True
+    def counting(
+        self: asyncio.StreamWriter, data: Iterable[bytes | bytearray | memoryview]
     ) -> None:
         counter.count += 1
-        await send(self, command, check_health)
+        write(self, data)
 
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", counting)
     return counter
 
 
