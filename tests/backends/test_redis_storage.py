@@ -1,7 +1,7 @@
 """RedisStorage on real servers: round trips, slot grouping, versions, TTL, outages, URLs.
 
-Round trips are counted by wrapping the stream writes of every request (one `writelines` of a
-whole request or pipeline to the socket, by redis-py or by the storage's own `_send`) and
+Round trips are counted by wrapping the stream writes of every request (one write of a whole
+request or pipeline to the socket, by redis-py or by the storage's direct call) and
 cross-checked with the server's command stats.
 """
 
@@ -95,17 +95,23 @@ class RoundTrips:
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
-    """Counts requests written to any Redis socket (a pipeline is written as one request)."""
+    """Counts requests written to any Redis socket (a pipeline is written as one request):
+    redis-py writes each with `writelines`, the storage's direct call with `write`."""
     counter = RoundTrips()
-    write = asyncio.StreamWriter.writelines
+    write, writelines = asyncio.StreamWriter.write, asyncio.StreamWriter.writelines
 
-    def counting(
-        self: asyncio.StreamWriter, data: Iterable[bytes | bytearray | memoryview]
-    ) -> None:
+    def counting_write(self: asyncio.StreamWriter, data: bytes | bytearray | memoryview) -> None:
         counter.count += 1
         write(self, data)
 
-    monkeypatch.setattr(asyncio.StreamWriter, "writelines", counting)
+    def counting_writelines(
+        self: asyncio.StreamWriter, data: Iterable[bytes | bytearray | memoryview]
+    ) -> None:
+        counter.count += 1
+        writelines(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counting_write)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", counting_writelines)
     return counter
 
 
