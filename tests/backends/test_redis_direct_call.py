@@ -55,6 +55,16 @@ async def test_a_cancelled_call_gives_its_connection_back_with_no_reply_left_on_
     assert cancelled > 0  # some calls were cut off mid-way, not only before they began
 
 
+async def test_a_request_larger_than_the_socket_takes_at_once_is_written_whole(
+    one_connection: RedisStorage,
+) -> None:
+    """The direct write waits for the socket only when its buffer is full: 8 MB is more than
+    a loopback socket takes at once."""
+    big = {"text": "x" * (8 * 1024 * 1024)}
+    await one_connection.write({"app/big": StoreItem(big)})
+    assert (await one_connection.read(["app/big"]))["app/big"].value == big
+
+
 @pytest.mark.parametrize(
     "command",
     [
