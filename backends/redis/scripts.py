@@ -1,10 +1,11 @@
 """The stored value format and the Lua scripts that check versions, then write or delete.
 
-A document is one Redis string, `<version> <envelope>`. The read script is one `MGET`, plus a
-`TYPE` for each key it found no string at (a missing key, or a hash, list, ... that `MGET`
-reports as missing too); the write script reads a version with `GETRANGE` without copying the
-document. A version is `max(previous + 1, server time in microseconds)`, so it grows with every
-write and a key that is deleted and created again never gets an old version back (see
+A document is one Redis string, `<version> <envelope>`. The read script is one `MGET`, and
+where it saw no string at some key, one `EXISTS` of the same keys: more keys than strings
+means a hash, list, ... that `MGET` reports as missing too, and only then does a `TYPE` per
+such key say which. The write script reads a version with `GETRANGE` without copying the
+document. A version is `max(previous + 1, server time in microseconds)`, so it grows with
+every write and a key that is deleted and created again never gets an old version back (see
 docs/redis.md). The script counts in decimal text, since Lua's numbers (doubles) would round
 versions above 2**53.
 """
@@ -48,23 +49,29 @@ class LuaScript:
 READ = LuaScript(
     """#!lua flags=no-writes
 -- KEYS: the Redis keys of one slot group. Reply per key: its value, nil if there is no key,
--- or {type} for a key of another type (MGET reports those as nil too).
+-- or {type} for a key of another type (MGET reports those as nil too: EXISTS counts them).
 local reply = {}
 for first = 1, #KEYS, 1000 do -- unpack takes a bounded number of values
-  local values = redis.call('MGET', unpack(KEYS, first, math.min(first + 999, #KEYS)))
+  local last = math.min(first + 999, #KEYS)
+  local values, strings = redis.call('MGET', unpack(KEYS, first, last)), 0
   for offset, value in ipairs(values) do
-    local i = first + offset - 1
-    reply[i] = value
-    if not value then
-      local kind = redis.call('TYPE', KEYS[i])['ok']
-      if kind ~= 'none' then reply[i] = {kind} end
+    reply[first + offset - 1] = value
+    if value then strings = strings + 1 end
+  end
+  if strings <= last - first and redis.call('EXISTS', unpack(KEYS, first, last)) > strings then
+    for i = first, last do
+      if not reply[i] then
+        local kind = redis.call('TYPE', KEYS[i])['ok']
+        if kind ~= 'none' then reply[i] = {kind} end
+      end
     end
   end
 end
 return reply
 """
 )
-"""Read of one slot group in one call; a wrong-type key costs a `TYPE` only where MGET saw nil."""
+"""Read of one slot group in one call: an `MGET`; where it saw no string at some key, an `EXISTS`
+that tells whether one holds another type; only then a `TYPE` per such key names the type."""
 
 WRITE = LuaScript(
     """#!lua

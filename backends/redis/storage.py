@@ -11,12 +11,12 @@ import contextlib
 import re
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from redis.asyncio import BlockingConnectionPool, Connection, ConnectionPool, Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
@@ -29,6 +29,7 @@ from .._errors import FormatError, StorageConfigError, StorageUnavailableError
 from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, remaining
 from .._keys import KEYS_REMEMBERED
 from .._options import UrlOptions, count, seconds
+from . import direct
 from .layout import KeyLayout
 from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
 
@@ -97,7 +98,7 @@ class RedisStorage(Storage):
         self._slots: asyncio.Semaphore | None = None
         self._pool: ConnectionPool | None = None
         """A plain client's pool: a lone command goes straight over one of its connections
-        (`_call`)."""
+        (`direct.call`)."""
         if type(client) is Redis and not client.single_connection_client:
             self._pool = client.connection_pool
         if isinstance(client, RedisCluster):  # one connection per node and call at most
@@ -319,7 +320,7 @@ class RedisStorage(Storage):
             async with self._connection():
                 if len(commands) == 1:
                     if self._pool is not None:
-                        return [await self._call(self._pool, commands[0])]
+                        return [await direct.call(self._pool, commands[0])]
                     try:
                         return [await self.client.execute_command(*commands[0])]
                     except ResponseError as exc:
@@ -328,22 +329,6 @@ class RedisStorage(Storage):
                 for command in commands:
                     pipe.execute_command(*command)  # the cluster pipeline blocks its evalsha
                 return await pipe.execute(raise_on_error=False)
-
-    async def _call(self, pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
-        """One command on a connection of a plain client's pool, its reply or error reply:
-        what `execute_command` does for us without its per-call layers (retries, which are
-        off, and redis-py's own metrics). The connection drops itself on any failure mid-way
-        (redis-py's rule), so it never returns to the pool holding an unread reply."""
-        take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
-        connection = await take()
-        try:
-            await connection.send_packed_command(connection.pack_command(*command))
-            try:
-                return await connection.read_response()
-            except ResponseError as exc:
-                return exc
-        finally:
-            await pool.release(connection)
 
     def _connection(self) -> contextlib.AbstractAsyncContextManager[None]:
         """Where a call may run: at once on a standalone server (its pool does its own

@@ -1,6 +1,7 @@
 """A lone command of a plain Redis client goes straight over a pooled connection: a call
 cancelled at any point gives the connection back, and never leaves a reply on it for the
-next call (one connection in the pool, so a kept one would make every next call wait)."""
+next call (one connection in the pool, so a kept one would make every next call wait); its
+request is packed byte for byte as redis-py packs it."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.asyncio import Connection
 
 from agent_state import open_storage
 from agent_state.backends import RedisStorage, StoreItem
+from agent_state.backends.redis.direct import packed
 from tests.backends.conformance.harness_redis import STANDALONE_URL, remove_namespace
 from tests.conftest import server_missing
 
@@ -50,3 +53,26 @@ async def test_a_cancelled_call_gives_its_connection_back_with_no_reply_left_on_
         found = await storage.read([other])  # the same connection (or a fresh one)
         assert found[other].value == {"name": other}
     assert cancelled > 0  # some calls were cut off mid-way, not only before they began
+
+
+async def test_a_request_larger_than_the_socket_takes_at_once_is_written_whole(
+    one_connection: RedisStorage,
+) -> None:
+    """The direct write waits for the socket only when its buffer is full: 8 MB is more than
+    a loopback socket takes at once."""
+    big = {"text": "x" * (8 * 1024 * 1024)}
+    await one_connection.write({"app/big": StoreItem(big)})
+    assert (await one_connection.read(["app/big"]))["app/big"].value == big
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("EVALSHA", b"0" * 40, 2, b"ns:{c/users/a}", b"ns:{c/users/b}"),
+        ("EVALSHA", b"1" * 40, 1, b"{k}", "1", "", "1500", b'{"v":1,"data":{"t":"\\u00e9"}}'),
+        ("EVAL", "return 1", 0),
+        ("EVALSHA", b"2" * 40, 1, b"{k}", "*", "check", b""),
+    ],
+)
+def test_a_request_is_packed_as_redis_py_packs_it(command: tuple[str | bytes | int, ...]) -> None:
+    assert packed(command) == b"".join(Connection().pack_command(*command))

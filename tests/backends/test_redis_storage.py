@@ -1,7 +1,8 @@
 """RedisStorage on real servers: round trips, slot grouping, versions, TTL, outages, URLs.
 
-Round trips are counted by wrapping redis-py's `send_packed_command` (one call is one write of a
-whole request or pipeline to the socket) and cross-checked with the server's command stats.
+Round trips are counted by wrapping the stream writes of every request (one write of a whole
+request or pipeline to the socket, by redis-py or by the storage's direct call) and
+cross-checked with the server's command stats.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import orjson
 import pytest
 from redis import Redis as SyncRedis
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
-from redis.asyncio.connection import AbstractConnection, SSLConnection
+from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisError
 
@@ -94,17 +95,23 @@ class RoundTrips:
 
 @pytest.fixture
 def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
-    """Counts requests written to any Redis socket (a pipeline is written as one request)."""
+    """Counts requests written to any Redis socket (a pipeline is written as one request):
+    redis-py writes each with `writelines`, the storage's direct call with `write`."""
     counter = RoundTrips()
-    send = AbstractConnection.send_packed_command
+    write, writelines = asyncio.StreamWriter.write, asyncio.StreamWriter.writelines
 
-    async def counting(
-        self: AbstractConnection, command: bytes | list[bytes], check_health: bool = True
+    def counting_write(self: asyncio.StreamWriter, data: bytes | bytearray | memoryview) -> None:
+        counter.count += 1
+        write(self, data)
+
+    def counting_writelines(
+        self: asyncio.StreamWriter, data: Iterable[bytes | bytearray | memoryview]
     ) -> None:
         counter.count += 1
-        await send(self, command, check_health)
+        writelines(self, data)
 
-    monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+    monkeypatch.setattr(asyncio.StreamWriter, "write", counting_write)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", counting_writelines)
     return counter
 
 
