@@ -60,9 +60,10 @@ async def _send(connection: Connection, request: bytes) -> None:
     check_health: Callable[[], Awaitable[None]] = connection.check_health  # untyped in redis-py
     try:
         await check_health()  # a PING first, if the client asked for health checks
-        writer = connection._writer  # redis-py's own stream; set: the pool connected it
-        if writer is None:
-            raise ConnectionError("the pooled Redis connection is not connected")
+        writer = getattr(connection, "_writer", None)  # redis-py's own stream, if it has one
+        if writer is None:  # not connected, or a redis-py that keeps it elsewhere: its send
+            await connection.send_packed_command(request, check_health=False)
+            return
         writer.write(request)
         if writer.transport.get_write_buffer_size():
             await asyncio.wait_for(writer.drain(), connection.socket_timeout)

@@ -16,7 +16,7 @@ from redis.asyncio import Connection
 
 from agent_state import open_storage
 from agent_state.backends import RedisStorage, StoreItem
-from agent_state.backends.redis.direct import packed
+from agent_state.backends.redis.direct import _send, packed
 from tests.backends.conformance.harness_redis import STANDALONE_URL, remove_namespace
 from tests.conftest import server_missing
 
@@ -76,3 +76,20 @@ async def test_a_request_larger_than_the_socket_takes_at_once_is_written_whole(
 )
 def test_a_request_is_packed_as_redis_py_packs_it(command: tuple[str | bytes | int, ...]) -> None:
     assert packed(command) == b"".join(Connection().pack_command(*command))
+
+
+async def test_a_connection_without_its_stream_is_sent_through_redis_pys_own_send(
+    one_connection: RedisStorage,
+) -> None:
+    """A pooled connection holding no stream (not connected, or a redis-py that keeps it
+    elsewhere) is written through redis-py's `send_packed_command`, which connects it."""
+    pool = one_connection._pool
+    assert pool is not None
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.disconnect()
+        assert getattr(connection, "_writer", None) is None
+        await _send(connection, packed(("PING",)))
+        assert await connection.read_response() in (b"PONG", "PONG", True)
+    finally:
+        await pool.release(connection)
