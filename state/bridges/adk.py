@@ -42,7 +42,7 @@ from .. import (
     user_key,
 )
 from ..backends import ConflictError, FormatError, Storage, StoreItem
-from ._copies import Copier, copier
+from ._copies import deep_copy
 
 __all__ = ["AgentStateSessionService"]
 
@@ -56,8 +56,8 @@ _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
-content), so loading a session copies events (by a plan made once per event, `_copies`)
-instead of validating each one again."""
+content), so loading a session copies events (`_copies`) instead of validating each one
+again."""
 RACE_RETRIES: Final = 3
 """How many times an append that read what it rests on writes again after a conflict that
 changed none of it (on stores that commit key by key, racing appends can refuse each other
@@ -134,9 +134,9 @@ class AgentStateSessionService(BaseSessionService):
         self.channel_id = channel_id
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
-        self._events: OrderedDict[str, tuple[Event, Copier]] = OrderedDict()
-        """History message id -> its event as decoded or appended here (never handed out) and
-        the copier of it that makes each session's copy."""
+        self._events: OrderedDict[str, Event] = OrderedDict()
+        """History message id -> its event as decoded or appended here (never handed out: each
+        session gets a copy)."""
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
         self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
@@ -208,7 +208,7 @@ class AgentStateSessionService(BaseSessionService):
         kept = [self._event(message) for message in messages]
         if config is not None and config.after_timestamp is not None:
             kept = _after(kept, config.after_timestamp)
-        events = [copy_of(event) for event, copy_of in kept]  # the caller's own
+        events = [deep_copy(event) for event in kept]  # the caller's own
         state = _merged(
             _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
         )
@@ -292,8 +292,7 @@ class AgentStateSessionService(BaseSessionService):
             if marker is None:  # an equal event delivered again: already appended
                 return event
         await super().append_event(session, event)  # applies `temp:` to the session, trims it
-        copy_of = copier(event)  # the copy has the event's shape: its plan copies it too
-        self._remember(message_id, copy_of(event), copy_of)
+        self._remember(message_id, deep_copy(event))
         session.last_update_time = event.timestamp
         _set_marker(session, marker)
         return event
@@ -397,20 +396,19 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _event(self, message: dict[str, Any]) -> tuple[Event, Copier]:
-        """A history message's event as this service remembers it (decoded once per service)
-        and its copier (the caller hands on a copy, never the event)."""
+    def _event(self, message: dict[str, Any]) -> Event:
+        """A history message's event as this service remembers it (decoded once per service;
+        the caller hands on a copy, never the event)."""
         known = self._events.get(message["id"])
         if known is None:
-            event = Event.model_validate(message["adk_event"])
-            known = (event, copier(event))
-            self._remember(message["id"], *known)
+            known = Event.model_validate(message["adk_event"])
+            self._remember(message["id"], known)
             return known
         self._events.move_to_end(message["id"])
         return known
 
-    def _remember(self, message_id: str, event: Event, copy_of: Copier) -> None:
-        self._events[message_id] = (event, copy_of)
+    def _remember(self, message_id: str, event: Event) -> None:
+        self._events[message_id] = event
         if len(self._events) > EVENTS_REMEMBERED:
             self._events.popitem(last=False)
 
@@ -657,9 +655,9 @@ async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[di
     return await history.first(await history.count())
 
 
-def _after(events: list[tuple[Event, Copier]], after: float) -> list[tuple[Event, Copier]]:
+def _after(events: list[Event], after: float) -> list[Event]:
     """ADK's filter: the events from the last one older than `after` on (exclusive)."""
     i = len(events) - 1
-    while i >= 0 and events[i][0].timestamp >= after:
+    while i >= 0 and events[i].timestamp >= after:
         i -= 1
     return events[i + 1 :]
