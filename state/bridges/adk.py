@@ -66,6 +66,11 @@ DOCUMENTS_REMEMBERED: Final = 4096
 """How many documents' last known version and bytes a service keeps (records, buckets,
 history heads), so an append right after a load or an append writes at once, conditional on
 those versions, without reading them again."""
+DECODED_REMEMBERED: Final = 16
+"""How many of those documents (records and history heads) a service also keeps decoded:
+those of the sessions loaded or appended to last, which the appends right after use. Only
+the bytes are kept of the others (a head decoded is a tree of its messages, which the
+garbage collector would walk for every idle session); an append to one decodes it again."""
 
 
 class _SessionRecord(AgentState):
@@ -141,9 +146,10 @@ class AgentStateSessionService(BaseSessionService):
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
         self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
         """(app name, user id, session id) -> the session's ids and document keys."""
-        self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        self._decoded: OrderedDict[str, tuple[bytes, dict[str, Any]]] = OrderedDict()
         """Record and history head keys -> (their bytes in `_known`, them decoded), read-only
-        here, so an append after a load or an append decodes neither again."""
+        here, so an append after a load or an append decodes neither again (the last
+        `DECODED_REMEMBERED`)."""
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -198,7 +204,7 @@ class AgentStateSessionService(BaseSessionService):
         if messages is not None:  # read-only here: remembered decoded for the next append
             for item, key in ((head, keys.head), (found[keys.record], keys.record)):
                 if item is not None and item.data is not None:
-                    self._decoded[key] = (item.data, item.value)
+                    self._keep_decoded(key, item.data, item.value)
         if messages is None:  # some are on pages: the turn's history reads them
             turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
             try:
@@ -358,7 +364,7 @@ class AgentStateSessionService(BaseSessionService):
         for key in (keys.record, keys.head):
             written = changes[key]
             assert written.data is not None
-            self._decoded[key] = (written.data, written.value)
+            self._keep_decoded(key, written.data, written.value)
         return _marker(record)
 
     async def _append_read(
@@ -413,14 +419,21 @@ class AgentStateSessionService(BaseSessionService):
             self._events.popitem(last=False)
 
     def _value_of(self, key: str, data: bytes) -> dict[str, Any]:
-        """`data` (the bytes remembered of `key`) decoded, once while they stay remembered;
+        """`data` (the bytes remembered of `key`) decoded, once while they stay decoded here;
         read-only: a caller that changes it changes a copy."""
         decoded = self._decoded.get(key)
         if decoded is not None and decoded[0] is data:
             return decoded[1]
         value: dict[str, Any] = orjson.loads(data)
-        self._decoded[key] = (data, value)
+        self._keep_decoded(key, data, value)
         return value
+
+    def _keep_decoded(self, key: str, data: bytes, value: dict[str, Any]) -> None:
+        """Remember `value`, decoded from `data` (the bytes `_known` holds of `key`)."""
+        self._decoded[key] = (data, value)
+        self._decoded.move_to_end(key)
+        if len(self._decoded) > DECODED_REMEMBERED:
+            self._decoded.popitem(last=False)
 
     def _learn(self, key: str, etag: str | None, data: bytes) -> None:
         """Remember `key` at version `etag` (None: absent) holding `data`."""
