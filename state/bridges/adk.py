@@ -326,9 +326,12 @@ class AgentStateSessionService(BaseSessionService):
         if not _belongs(record, session.app_name) or not _is_fresh(session, record):
             return None
         head = self._value_of(keys.head, head_known[1])
-        try:
+        try:  # the message is built of the event's decoded JSON: its bytes go as they are
             history = History.batch(
-                keys.session, StoreItem(head, head_known[0], head_known[1]), [message]
+                keys.session,
+                StoreItem(head, head_known[0], head_known[1]),
+                [message],
+                encoded=[orjson.dumps(message)],
             )
         except FormatError:
             return None  # not a head of this version: the reading path reports it
