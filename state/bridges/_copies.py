@@ -21,6 +21,10 @@ from pydantic_core import PydanticUndefined
 
 Copier = Callable[[Any], Any]
 
+TYPES_REMEMBERED: Final = 256
+"""How many types' copiers are kept (a program that makes model classes at run time makes
+new types without end)."""
+
 _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 _MODEL_COPIERS: Final = (BaseModel.__deepcopy__, Event.__deepcopy__)
 _set = object.__setattr__
@@ -33,7 +37,11 @@ def deep_copy(value: Any) -> Any:
         return value
     copy_of = _BY_TYPE.get(kind)
     if copy_of is None:
-        copy_of = _BY_TYPE[kind] = _copier_of(kind)
+        copy_of = _copier_of(kind)
+        if len(_BY_TYPE) >= TYPES_REMEMBERED:  # emptied when full: see TYPES_REMEMBERED
+            _BY_TYPE.clear()
+            _BY_TYPE.update(_BUILTINS)
+        _BY_TYPE[kind] = copy_of
     return copy_of(value)
 
 
@@ -49,7 +57,8 @@ def _copy_list(value: list[Any]) -> list[Any]:
     return [item if type(item) in _SCALARS else deep_copy(item) for item in value]
 
 
-_BY_TYPE: dict[type, Copier] = {dict: _copy_dict, list: _copy_list}
+_BUILTINS: Final[dict[type, Copier]] = {dict: _copy_dict, list: _copy_list}
+_BY_TYPE: dict[type, Copier] = dict(_BUILTINS)
 """How each type met so far is copied (one entry per type, never per value)."""
 
 

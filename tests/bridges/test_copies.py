@@ -69,3 +69,16 @@ def test_a_copy_keeps_the_private_state_of_a_model() -> None:
     copied = deep_copy(session)
     assert copied == session and copied._storage_update_marker == "m:1"
     assert shared(copied, session) == []
+
+
+def test_the_copiers_kept_per_type_stay_bounded() -> None:
+    """Model classes made at run time do not grow the table of copiers without end."""
+    from pydantic import create_model
+
+    from agent_state.bridges import _copies
+
+    for n in range(_copies.TYPES_REMEMBERED + 10):
+        model = create_model(f"Made{n}", items=(list[int], []))(items=[n])
+        copied = deep_copy(model)
+        assert copied == model and copied.items is not model.__dict__["items"]
+    assert len(_copies._BY_TYPE) <= _copies.TYPES_REMEMBERED
