@@ -69,13 +69,7 @@ def _checked_message(message: object) -> tuple[dict[str, Any], bytes]:
     """`check_message(message)` and the JSON bytes of the copy."""
     if not isinstance(message, Mapping):
         raise HistoryError(f"a message must be a JSON object, not {type(message).__name__}")
-    ident, role = message.get("id"), message.get("role")
-    if not isinstance(ident, str) or not ident:
-        raise HistoryError(f"a message needs a non-empty string id, got {ident!r:.80}")
-    if role not in ROLES:
-        raise HistoryError(
-            f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
-        )
+    ident = _check_id_and_role(message)
     try:
         copy, data = copy_json_encoded(message if type(message) is dict else dict(message))
     except (JsonRuleError, InvalidValueError) as exc:
@@ -141,7 +135,11 @@ class History:
 
     @staticmethod
     def batch(
-        session_key: str, head: StoreItem, messages: Sequence[Mapping[str, Any]]
+        session_key: str,
+        head: StoreItem,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        encoded: Sequence[bytes] | None = None,
     ) -> dict[str, StoreItem]:
         """The writes that append `messages` to the stored history of the session whose
         bucket key is `session_key`, for a writer outside a turn (a bridge), given its head as
@@ -156,12 +154,20 @@ class History:
         holds its messages); `head.data`, when given, must be the bytes it was read from (the
         new head's bytes are built on them). A history that is not stored yet is started by a turn
         (`state.history.append`), whose save also indexes the session for `forget_user`.
+
+        `encoded`, when given, holds each message's `orjson.dumps` bytes, from a caller that
+        built the messages of decoded JSON itself (as `StoreItem.data` on a write): the
+        messages are then taken as they are, not copied or checked against the JSON rule
+        again (their ids and roles still are), and the new head holds them.
         """
         if type(head) is not StoreItem or type(head.etag) is not str or head.etag in ("", ANY):
             raise HistoryError("batch needs the stored history head as read, with its version")
         key = history_key(session_key)
         _stored_head(key, head)
-        checked, ids, encoded = _checked(messages)
+        if encoded is None:
+            checked, ids, encoded = _checked(messages)
+        else:
+            checked, ids = _encoded(messages, encoded)
         extended, seqs, pages = _extended(head.value, checked)
         items = {key: StoreItem(extended, head.etag, _head_bytes(head, extended, encoded))}
         for message_id, seq in zip(ids, seqs, strict=True):
@@ -255,6 +261,18 @@ class History:
         return history_index_key(self._session, message_id)
 
 
+def _check_id_and_role(message: Mapping[str, Any]) -> str:
+    """The id of `message`; `HistoryError` unless it is a non-empty str and its role known."""
+    ident, role = message.get("id"), message.get("role")
+    if not isinstance(ident, str) or not ident:
+        raise HistoryError(f"a message needs a non-empty string id, got {ident!r:.80}")
+    if role not in ROLES:
+        raise HistoryError(
+            f"message {ident!r} has role {role!r:.40}; expected one of {sorted(ROLES)}"
+        )
+    return ident
+
+
 def _checked(
     messages: Iterable[Mapping[str, Any]],
 ) -> tuple[list[dict[str, Any]], list[str], list[bytes]]:
@@ -266,6 +284,25 @@ def _checked(
     if len(set(ids)) != len(ids):
         raise HistoryError(f"messages to append repeat an id: {ids}")
     return checked, ids, [data for _, data in pairs]
+
+
+def _encoded(
+    messages: Sequence[Mapping[str, Any]], encoded: Sequence[bytes]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """`messages` given with their JSON bytes, as a list of dicts, and their ids, which must
+    not repeat: checked as `check_message` checks them, but for the JSON rule."""
+    if len(encoded) != len(messages):
+        raise HistoryError(f"{len(messages)} messages given with {len(encoded)} encodings")
+    checked: list[dict[str, Any]] = []
+    for message in messages:
+        if type(message) is not dict:
+            raise HistoryError(f"an encoded message must be a dict, not {type(message).__name__}")
+        _check_id_and_role(message)
+        checked.append(message)
+    ids = [message["id"] for message in checked]
+    if len(set(ids)) != len(ids):
+        raise HistoryError(f"messages to append repeat an id: {ids}")
+    return checked, ids
 
 
 def _extended(
@@ -291,7 +328,7 @@ _HEAD_FIELDS: Final = ["format", "page_size", "count", "tail"]
 _HEAD_START: Final = b'{"format":%d,"page_size":%d,"count":' % (FORMAT, PAGE_SIZE)
 
 
-def _head_bytes(head: StoreItem, extended: dict[str, Any], added: list[bytes]) -> bytes:
+def _head_bytes(head: StoreItem, extended: dict[str, Any], added: Sequence[bytes]) -> bytes:
     """The JSON of `extended`, the head `head` with the messages encoded as `added` after its
     tail: those bytes joined to `head.data` where it is the layout's own encoding (`orjson`'s,
     the head's fields only, in order) and no page was filled, so the tail is not encoded again

@@ -42,7 +42,7 @@ from .. import (
     user_key,
 )
 from ..backends import ConflictError, FormatError, Storage, StoreItem
-from ._copies import Copier, copier
+from ._copies import deep_copy
 
 __all__ = ["AgentStateSessionService"]
 
@@ -56,8 +56,8 @@ _MISSING: Final = object()
 _CREATE_ATTEMPTS: Final = 5
 EVENTS_REMEMBERED: Final = 8192
 """How many decoded events a service keeps (by history message id, whose digest pins the
-content), so loading a session copies events (by a plan made once per event, `_copies`)
-instead of validating each one again."""
+content), so loading a session copies events (`_copies`) instead of validating each one
+again."""
 RACE_RETRIES: Final = 3
 """How many times an append that read what it rests on writes again after a conflict that
 changed none of it (on stores that commit key by key, racing appends can refuse each other
@@ -66,6 +66,11 @@ DOCUMENTS_REMEMBERED: Final = 4096
 """How many documents' last known version and bytes a service keeps (records, buckets,
 history heads), so an append right after a load or an append writes at once, conditional on
 those versions, without reading them again."""
+DECODED_REMEMBERED: Final = 16
+"""How many of those documents (records and history heads) a service also keeps decoded:
+those of the sessions loaded or appended to last, which the appends right after use. Only
+the bytes are kept of the others (a head decoded is a tree of its messages, which the
+garbage collector would walk for every idle session); an append to one decodes it again."""
 
 
 class _SessionRecord(AgentState):
@@ -134,16 +139,17 @@ class AgentStateSessionService(BaseSessionService):
         self.channel_id = channel_id
         self.namespace = namespace
         self.check_scoped_keys = check_scoped_keys
-        self._events: OrderedDict[str, tuple[Event, Copier]] = OrderedDict()
-        """History message id -> its event as decoded or appended here (never handed out) and
-        the copier of it that makes each session's copy."""
+        self._events: OrderedDict[str, Event] = OrderedDict()
+        """History message id -> its event as decoded or appended here (never handed out: each
+        session gets a copy)."""
         self._known: OrderedDict[str, tuple[str | None, bytes]] = OrderedDict()
         """Key -> (version, JSON bytes) last read or written here (version None: absent)."""
         self._places: OrderedDict[tuple[str, str, str], tuple[TurnIds, _Keys]] = OrderedDict()
         """(app name, user id, session id) -> the session's ids and document keys."""
-        self._decoded: dict[str, tuple[bytes, dict[str, Any]]] = {}
+        self._decoded: OrderedDict[str, tuple[bytes, dict[str, Any]]] = OrderedDict()
         """Record and history head keys -> (their bytes in `_known`, them decoded), read-only
-        here, so an append after a load or an append decodes neither again."""
+        here, so an append after a load or an append decodes neither again (the last
+        `DECODED_REMEMBERED`)."""
 
     # --- sessions -----------------------------------------------------------------------
 
@@ -198,7 +204,7 @@ class AgentStateSessionService(BaseSessionService):
         if messages is not None:  # read-only here: remembered decoded for the next append
             for item, key in ((head, keys.head), (found[keys.record], keys.record)):
                 if item is not None and item.data is not None:
-                    self._decoded[key] = (item.data, item.value)
+                    self._keep_decoded(key, item.data, item.value)
         if messages is None:  # some are on pages: the turn's history reads them
             turn = TurnState(ids, _SCOPES, found=found, read=self.storage.read)
             try:
@@ -208,7 +214,7 @@ class AgentStateSessionService(BaseSessionService):
         kept = [self._event(message) for message in messages]
         if config is not None and config.after_timestamp is not None:
             kept = _after(kept, config.after_timestamp)
-        events = [copy_of(event) for event, copy_of in kept]  # the caller's own
+        events = [deep_copy(event) for event in kept]  # the caller's own
         state = _merged(
             _value(found, keys.session), _value(found, keys.app), _value(found, keys.user)
         )
@@ -292,8 +298,7 @@ class AgentStateSessionService(BaseSessionService):
             if marker is None:  # an equal event delivered again: already appended
                 return event
         await super().append_event(session, event)  # applies `temp:` to the session, trims it
-        copy_of = copier(event)  # the copy has the event's shape: its plan copies it too
-        self._remember(message_id, copy_of(event), copy_of)
+        self._remember(message_id, deep_copy(event))
         session.last_update_time = event.timestamp
         _set_marker(session, marker)
         return event
@@ -321,9 +326,12 @@ class AgentStateSessionService(BaseSessionService):
         if not _belongs(record, session.app_name) or not _is_fresh(session, record):
             return None
         head = self._value_of(keys.head, head_known[1])
-        try:
+        try:  # the message is built of the event's decoded JSON: its bytes go as they are
             history = History.batch(
-                keys.session, StoreItem(head, head_known[0], head_known[1]), [message]
+                keys.session,
+                StoreItem(head, head_known[0], head_known[1]),
+                [message],
+                encoded=[orjson.dumps(message)],
             )
         except FormatError:
             return None  # not a head of this version: the reading path reports it
@@ -359,7 +367,7 @@ class AgentStateSessionService(BaseSessionService):
         for key in (keys.record, keys.head):
             written = changes[key]
             assert written.data is not None
-            self._decoded[key] = (written.data, written.value)
+            self._keep_decoded(key, written.data, written.value)
         return _marker(record)
 
     async def _append_read(
@@ -397,32 +405,38 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _event(self, message: dict[str, Any]) -> tuple[Event, Copier]:
-        """A history message's event as this service remembers it (decoded once per service)
-        and its copier (the caller hands on a copy, never the event)."""
+    def _event(self, message: dict[str, Any]) -> Event:
+        """A history message's event as this service remembers it (decoded once per service;
+        the caller hands on a copy, never the event)."""
         known = self._events.get(message["id"])
         if known is None:
-            event = Event.model_validate(message["adk_event"])
-            known = (event, copier(event))
-            self._remember(message["id"], *known)
+            known = Event.model_validate(message["adk_event"])
+            self._remember(message["id"], known)
             return known
         self._events.move_to_end(message["id"])
         return known
 
-    def _remember(self, message_id: str, event: Event, copy_of: Copier) -> None:
-        self._events[message_id] = (event, copy_of)
+    def _remember(self, message_id: str, event: Event) -> None:
+        self._events[message_id] = event
         if len(self._events) > EVENTS_REMEMBERED:
             self._events.popitem(last=False)
 
     def _value_of(self, key: str, data: bytes) -> dict[str, Any]:
-        """`data` (the bytes remembered of `key`) decoded, once while they stay remembered;
+        """`data` (the bytes remembered of `key`) decoded, once while they stay decoded here;
         read-only: a caller that changes it changes a copy."""
         decoded = self._decoded.get(key)
         if decoded is not None and decoded[0] is data:
             return decoded[1]
         value: dict[str, Any] = orjson.loads(data)
-        self._decoded[key] = (data, value)
+        self._keep_decoded(key, data, value)
         return value
+
+    def _keep_decoded(self, key: str, data: bytes, value: dict[str, Any]) -> None:
+        """Remember `value`, decoded from `data` (the bytes `_known` holds of `key`)."""
+        self._decoded[key] = (data, value)
+        self._decoded.move_to_end(key)
+        if len(self._decoded) > DECODED_REMEMBERED:
+            self._decoded.popitem(last=False)
 
     def _learn(self, key: str, etag: str | None, data: bytes) -> None:
         """Remember `key` at version `etag` (None: absent) holding `data`."""
@@ -657,9 +671,9 @@ async def _messages(turn: TurnState, config: GetSessionConfig | None) -> list[di
     return await history.first(await history.count())
 
 
-def _after(events: list[tuple[Event, Copier]], after: float) -> list[tuple[Event, Copier]]:
+def _after(events: list[Event], after: float) -> list[Event]:
     """ADK's filter: the events from the last one older than `after` on (exclusive)."""
     i = len(events) - 1
-    while i >= 0 and events[i][0].timestamp >= after:
+    while i >= 0 and events[i].timestamp >= after:
         i -= 1
     return events[i + 1 :]

@@ -1,4 +1,4 @@
-"""The ADK bridge's copier of the events it keeps: a copy equals the original and shares no
+"""The ADK bridge's copy of the events it keeps: a copy equals the original and shares no
 container or model with it or with another copy, whatever the event holds."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from google.adk.events.event_actions import EventActions
 from google.genai import types
 from pydantic import BaseModel, ConfigDict
 
-from agent_state.bridges._copies import copier
+from agent_state.bridges._copies import deep_copy
 
 
 class Loose(BaseModel):
-    """A model with extra fields (copied by `copy.deepcopy`, not by the plan)."""
+    """A model with extra fields (copied by `copy.deepcopy`)."""
 
     model_config = ConfigDict(extra="allow")
     items: list[Any] = []
@@ -52,8 +52,7 @@ def test_copies_equal_the_event_and_share_nothing() -> None:
         long_running_tool_ids={"t1", "t2"},
         custom_metadata={"loose": Loose(items=[[1]], more={"k": [3]}), "pair": (1, [2])},
     )
-    copy_of = copier(event)
-    first, second = copy_of(event), copy_of(event)
+    first, second = deep_copy(event), deep_copy(event)
     assert first == event == second
     assert first.model_fields_set == event.model_fields_set
     assert shared(first, event) == [] and shared(first, second) == []
@@ -67,6 +66,19 @@ def test_a_copy_keeps_the_private_state_of_a_model() -> None:
 
     session = Session(id="s", app_name="a", user_id="u", state={"k": [1]})
     session._storage_update_marker = "m:1"
-    copied = copier(session)(session)
+    copied = deep_copy(session)
     assert copied == session and copied._storage_update_marker == "m:1"
     assert shared(copied, session) == []
+
+
+def test_the_copiers_kept_per_type_stay_bounded() -> None:
+    """Model classes made at run time do not grow the table of copiers without end."""
+    from pydantic import create_model
+
+    from agent_state.bridges import _copies
+
+    for n in range(_copies.TYPES_REMEMBERED + 10):
+        model = create_model(f"Made{n}", items=(list[int], []))(items=[n])
+        copied = deep_copy(model)
+        assert copied == model and copied.items is not model.__dict__["items"]
+    assert len(_copies._BY_TYPE) <= _copies.TYPES_REMEMBERED

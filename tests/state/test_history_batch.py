@@ -114,3 +114,24 @@ async def test_refusals_come_before_anything_is_built(storage: Storage) -> None:
     items = History.batch(SESSION, head, [message("x")])
     assert head.value == before == copy, "the head as read is left as it is"
     assert items[HEAD].value["tail"] == [message("m0"), message("x")]
+
+
+def test_encoded_messages_are_taken_as_they_are_but_for_their_ids_and_roles() -> None:
+    """With their bytes given (`encoded=`), messages build the same writes as checked ones,
+    without a copy; ids, roles and the number of encodings are still checked."""
+    value: dict[str, Any] = {"format": 1, "page_size": 32, "count": 0, "tail": []}
+    head = StoreItem(value, "v1", orjson.dumps(value))
+    batch = [message("a"), message("b")]
+    encoded = [orjson.dumps(m) for m in batch]
+    given = History.batch(SESSION, head, batch, encoded=encoded)
+    assert given == History.batch(SESSION, head, batch)
+    assert {k: i.data for k, i in given.items()} == {
+        k: i.data for k, i in History.batch(SESSION, head, batch).items()
+    }
+    assert given[HEAD].value["tail"][1] is batch[1]
+    with pytest.raises(HistoryError, match="repeat an id"):
+        History.batch(SESSION, head, [message("a"), message("a")], encoded=encoded)
+    with pytest.raises(HistoryError, match="role"):
+        History.batch(SESSION, head, [{"id": "x", "role": "robot"}], encoded=encoded[:1])
+    with pytest.raises(HistoryError, match="encodings"):
+        History.batch(SESSION, head, batch, encoded=encoded[:1])
