@@ -20,8 +20,9 @@ install_azurite() {
 
 start_azurite() {
   AZURITE_PORT=$(pick_port 10000)
-  # node itself, not npx: $! must be the server's PID so run.sh can stop it
-  node "$AZURITE_MAIN" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" --inMemoryPersistence \
+  # node itself, not npx: $! must be the server's PID so run.sh can stop it; the preload
+  # keeps the emulator's GC from stalling it mid-run (see azurite_gc.js)
+  node -r "$ROOT/tests/services/azurite_gc.js" "$AZURITE_MAIN" --blobHost 127.0.0.1 --blobPort "$AZURITE_PORT" --inMemoryPersistence \
     --silent --disableTelemetry --skipApiVersionCheck >"$RUN_DIR/azurite.log" 2>&1 &
   PIDS+=($!)
   wait_for_port "$AZURITE_PORT" "azurite"
