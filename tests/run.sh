@@ -106,7 +106,9 @@ export AGENT_STATE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 export AGENT_STATE_REDIS_CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORTS[0]}/0"
 
 set +e
-.venv/bin/python -m pytest -q "$@"
+# three workers (pytest-xdist): most of a test's time is waiting on a server or a process, so
+# this fills two cores; pass -n 0 to run in one process
+.venv/bin/python -m pytest -q -n 3 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then log "pytest collected no tests"; exit 1; fi
