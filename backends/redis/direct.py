@@ -20,13 +20,13 @@ from redis.exceptions import ResponseError
 async def call(pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
     """Send `command` on one of `pool`'s connections; its reply, or its error reply.
 
-    The connection drops itself on any failure mid-way (redis-py's rule, which `_send`
+    The connection drops itself on any failure mid-way (redis-py's rule, which `send`
     keeps), so it never returns to the pool holding an unread reply.
     """
     take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
     connection = await take()
     try:
-        await _send(connection, packed(command))
+        await send(connection, packed(command))
         try:
             return await connection.read_response()
         except ResponseError as exc:
@@ -49,7 +49,7 @@ def packed(command: tuple[Any, ...]) -> bytes:
     return b"".join(parts)
 
 
-async def _send(connection: Connection, request: bytes) -> None:
+async def send(connection: Connection, request: bytes) -> None:
     """Write a request to a connection the pool made ready, as redis-py's
     `send_packed_command` does but without the task its write timeout starts on every call
     (two more turns of the event loop: a lone read's largest client cost after the socket

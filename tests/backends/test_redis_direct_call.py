@@ -16,7 +16,7 @@ from redis.asyncio import Connection
 
 from agent_state import open_storage
 from agent_state.backends import RedisStorage, StoreItem
-from agent_state.backends.redis.direct import _send, packed
+from agent_state.backends.redis.direct import packed, send
 from tests.backends.conformance.harness_redis import STANDALONE_URL, remove_namespace
 from tests.conftest import server_missing
 
@@ -89,7 +89,7 @@ async def test_a_connection_without_its_stream_is_sent_through_redis_pys_own_sen
     try:
         await connection.disconnect()
         assert getattr(connection, "_writer", None) is None
-        await _send(connection, packed(("PING",)))
+        await send(connection, packed(("PING",)))
         assert await connection.read_response() in (b"PONG", "PONG", True)
     finally:
         await pool.release(connection)
