@@ -38,7 +38,10 @@ def _cluster(tmp: str) -> str:
 def _blob(tmp: str) -> str:
     _env("AGENT_STATE_AZURITE_CONNECTION_STRING", "Azurite")
     container = f"t-{uuid.uuid4().hex[:12]}"
-    return f"azure-blob://{container}?connection_string_env=AGENT_STATE_AZURITE_CONNECTION_STRING"
+    # a request may wait on an emulator shared by three test workers on two cores: 20 s, not
+    # the product's 3 s (test_blob_storage.py checks the timeout itself, on a private server)
+    env = "AGENT_STATE_AZURITE_CONNECTION_STRING"
+    return f"azure-blob://{container}?connection_string_env={env}&timeout=20"
 
 
 def _cosmos(tmp: str) -> str:

@@ -48,9 +48,14 @@ def fresh_container() -> str:
 
 
 async def open_container(connection_string: str, container: str, **options: Any) -> BlobStorage:
-    """A storage on a new container, created now; skips or fails the test if unreachable."""
+    """A storage on a new container, created now; skips or fails the test if unreachable.
+    Requests wait up to 20 s unless `options` say otherwise: the emulator is shared by three
+    test workers on two cores."""
     storage = BlobStorage(
-        container, connection_string=connection_string, write_group=write_group, **options
+        container,
+        connection_string=connection_string,
+        write_group=write_group,
+        **{"timeout": 20.0, **options},
     )
     try:
         await storage.container.create_container()
@@ -82,7 +87,12 @@ async def blob_harness(connection_string: str) -> AsyncIterator[Harness]:
 
     async def open_another() -> BlobStorage:
         others.append(
-            BlobStorage(container, connection_string=connection_string, write_group=write_group)
+            BlobStorage(
+                container,
+                connection_string=connection_string,
+                write_group=write_group,
+                timeout=20.0,
+            )
         )
         return others[-1]
 
