@@ -34,8 +34,6 @@ async def big_store(
     """A fresh store on each backend; on a server it is emptied after the test (the servers
     are shared: 10,000 documents left behind would slow everyone's tests down)."""
     url = STORES[request.param](str(tmp_path))
-    if request.param == "blob":  # 40,000 requests to one Azurite on a shared 2-core machine:
-        url += "&timeout=30"  # a reply may stall past the default 3 s while others run tests
     yield url, USERS[request.param]
     if request.param == "file":
         return  # in tmp_path
