@@ -47,7 +47,7 @@ from ._routing import (
     text_match,
     type_match,
 )
-from ._turn_state import TurnState
+from ._turn_state import TurnState, first_read
 from .backends import Storage
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
@@ -223,8 +223,9 @@ class AgentApplication:
                 remember(state, delivery, activity, ctx.replies, claimed=claimed)
             return ctx.replies
 
-        place = self._queues.turn(seen.queue)
-        waiting = place.take()
+        declared = early.declared if early is not None else None
+        place = self._queues.turn(seen.queue, first_read(self._scopes.plan(ids), declared))
+        waiting = place.take(self.storage.read)
         if waiting is not None:
             await place.wait(waiting)
         try:
@@ -235,7 +236,7 @@ class AgentApplication:
                 scopes=self._scopes,
                 attempts=self.turn_attempts,
                 queues=self._queues,
-                declared=early.declared if early is not None else None,
+                declared=declared,
             )
         finally:
             place.leave()

@@ -12,12 +12,18 @@ write stays conditional on those versions: a write by another process in between
 conflict, and the turn runs again on a fresh read. A failed turn hands on nothing, and only
 a turn that waited carries (so an uncontended turn pays nothing for it; in a burst, the
 first turn's successor reads the store, and each later turn starts from what it was handed).
+
+A turn that has to wait reads, while it waits, those of its keys that no turn ahead of it in
+the queue reads (`claim`: another user's buckets, say); when its turn comes, its first read is
+that prefetch with what was handed on over it (newer), and only the keys neither covers are
+read then. Its write stays conditional on every version it read, so a prefetched document
+that changed meanwhile (a write by another process or queue) is a conflict, as any read is.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from contextvars import ContextVar, Token
 
@@ -27,6 +33,10 @@ from .backends import StoreItem
 
 Known = dict[str, tuple[bytes, str] | None]
 """Documents as last committed, by key: (stored JSON bytes, version), or None: absent."""
+Read = Callable[[Iterable[str]], Awaitable[dict[str, StoreItem]]]
+"""A storage's `read`."""
+Prefetch = tuple[tuple[str, ...], "asyncio.Future[dict[str, StoreItem]]"]
+"""Keys a waiting turn read while it waited, and that read."""
 
 _HELD: ContextVar[tuple[tuple[int, Hashable], ...]] = ContextVar(
     "agent_state_held_queues", default=()
@@ -51,10 +61,14 @@ class Carried:
     only keeps a reference to its read (`_read`): the entries are made when a turn waits.
     """
 
-    __slots__ = ("received", "_known", "_read", "_waiting", "_storage_read", "_first")
+    __slots__ = ("received", "_prefetch", "_known", "_read", "_waiting", "_storage_read", "_first")
 
-    def __init__(self, received: Known | None, waiting: Callable[[], bool]) -> None:
+    def __init__(
+        self, received: Known | None, waiting: Callable[[], bool], prefetch: Prefetch | None = None
+    ) -> None:
         self.received = received
+        self._prefetch = prefetch
+        """What the turn read while it waited (see the module doc), used once, by `reader`."""
         self._known: Known | None = {}
         """What is known (with `_read` on top); None once handed on: later notes are dropped."""
         self._read: tuple[Iterable[str], Mapping[str, StoreItem]] | None = None
@@ -80,8 +94,13 @@ class Carried:
         if not isinstance(keys, (tuple, list)):
             keys = list(keys)
         received, self.received = self.received, None
+        prefetch, self._prefetch = self._prefetch, None
         found = _served(received, keys) if received is not None else None
-        if found is None:
+        if found is not None:
+            _drop(prefetch)
+        elif prefetch is not None:
+            found = await _completed(keys, received, prefetch, read)
+        else:
             found = await read(keys)
         if self._known is not None:  # the items' bytes and versions never change: entries later
             self._known, self._read = {}, (keys, found)
@@ -154,6 +173,8 @@ class Carried:
 
     def hand_on(self) -> Known | None:
         """What this hold hands the next one (None: nothing); later notes are dropped."""
+        _drop(self._prefetch)  # a turn that never read
+        self._prefetch = None
         known = self._entries()
         self._known = self._read = None
         return known or None
@@ -162,6 +183,48 @@ class Carried:
 def carried() -> Carried | None:
     """The `Carried` of the carrying queue the current turn holds, if any."""
     return _CARRIED.get()
+
+
+async def _completed(
+    keys: list[str] | tuple[str, ...], received: Known | None, prefetch: Prefetch, read: Read
+) -> dict[str, StoreItem]:
+    """A waiting turn's first read of `keys`: what was handed on (`received`, the newer) over
+    what it prefetched, and the keys neither covers read now (all of them if the prefetch
+    failed: the read says why, if the store is the cause)."""
+    fetched_keys, fetching = prefetch
+    try:
+        fetched = await fetching
+    except Exception:
+        return await read(keys)
+    known, prefetched = received or {}, set(fetched_keys)
+    found: dict[str, StoreItem] = {}
+    rest: list[str] = []
+    for key in keys:
+        if key in known:
+            entry = known[key]
+            if entry is not None:
+                found[key] = StoreItem(orjson.loads(entry[0]), entry[1], entry[0])
+        elif key in prefetched:
+            item = fetched.get(key)
+            if item is not None:
+                found[key] = item
+        else:
+            rest.append(key)
+    if rest:
+        found.update(await read(rest))
+    return found
+
+
+def _drop(prefetch: Prefetch | None) -> None:
+    """Cancel a prefetch nobody will use."""
+    if prefetch is not None:
+        prefetch[1].cancel()
+
+
+def _consumed(fetching: asyncio.Future[dict[str, StoreItem]]) -> None:
+    """Mark a prefetch's error as seen: an unused prefetch that failed is not an error."""
+    if not fetching.cancelled():
+        fetching.exception()
 
 
 def _served(received: Known, keys: Iterable[str]) -> dict[str, StoreItem] | None:
@@ -181,22 +244,55 @@ class TurnQueues:
     """FIFO queues by key: a turn waits only when another holds its key. With `carry`, each
     turn leaving hands the next one what it knows of its documents (see the module doc)."""
 
-    __slots__ = ("_queues", "_carry")
+    __slots__ = ("_queues", "_carry", "_claims")
 
     def __init__(self, *, carry: bool = False) -> None:
         self._queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None] = {}
         """Each held key's waiters (None until a turn waits: an uncontended turn makes no
         queue)."""
         self._carry = carry
+        self._claims = Claims()
 
-    def turn(self, key: Hashable) -> _Place:
+    def turn(self, key: Hashable, claim: tuple[str, ...] = ()) -> _Place:
         """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
-        keys run concurrently."""
-        return _Place(self._queues, key, self._carry)
+        keys run concurrently. `claim`: the documents the turn reads first (see `_Place.take`)."""
+        return _Place(self._queues, key, self._carry, self._claims, claim)
 
     def __len__(self) -> int:
         """How many keys have a turn running or waiting."""
         return len(self._queues)
+
+
+class Claims:
+    """The documents each queue's turns read first: the holder's alone while none waits,
+    counted over the holder and the waiters once one does."""
+
+    __slots__ = ("holder", "counted")
+
+    def __init__(self) -> None:
+        self.holder: dict[Hashable, tuple[str, ...]] = {}
+        self.counted: dict[Hashable, Counter[str]] = {}
+
+    def join(self, key: Hashable, claim: tuple[str, ...]) -> list[str]:
+        """Count a waiter's `claim` behind the turns in `key`'s queue; the keys of it that
+        none of those turns reads."""
+        counted = self.counted.get(key)
+        if counted is None:
+            counted = self.counted[key] = Counter(self.holder.get(key, ()))
+        private = [name for name in claim if not counted[name]]
+        counted.update(claim)
+        return private
+
+    def leave(self, key: Hashable, claim: tuple[str, ...]) -> None:
+        """Stop counting a turn that left the queue (or gave up waiting)."""
+        counted = self.counted.get(key)
+        if counted is not None:
+            counted.subtract(claim)
+
+    def drop(self, key: Hashable) -> None:
+        """Forget `key`'s queue: nobody holds it any more."""
+        self.holder.pop(key, None)
+        self.counted.pop(key, None)
 
 
 class _Place:
@@ -208,18 +304,25 @@ class _Place:
     know of their documents when the queues carry (the outermost carrying place of a turn
     only: a place taken inside it carries nothing), or removes the queue if none waits."""
 
-    __slots__ = ("_queues", "_key", "_token", "_carry", "_carried", "_carried_token")
+    __slots__ = (
+        "_queues", "_key", "_token", "_carry", "_carried", "_carried_token", "_claims", "_claim",
+        "_counted", "_prefetch",
+    )  # fmt: skip
 
     def __init__(
         self,
         queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None],
         key: Hashable,
-        carry: bool = False,
+        carry: bool,
+        claims: Claims,
+        claim: tuple[str, ...],
     ) -> None:
         self._queues, self._key, self._carry = queues, key, carry
+        self._claims, self._claim, self._counted = claims, claim, False
         self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
         self._carried: Carried | None = None
         self._carried_token: Token[Carried | None] | None = None
+        self._prefetch: Prefetch | None = None
 
     async def __aenter__(self) -> None:
         place = self.take()
@@ -229,9 +332,10 @@ class _Place:
     async def __aexit__(self, *exc_info: object) -> None:
         self.leave()
 
-    def take(self) -> asyncio.Future[Known | None] | None:
+    def take(self, read: Read | None = None) -> asyncio.Future[Known | None] | None:
         """Hold the key if it is free (or already held by this turn) and return None; else
-        join its queue and return the place to `wait` on."""
+        join its queue and return the place to `wait` on. A turn that joins a carrying queue
+        reads with `read`, while it waits, the keys of its claim no turn ahead of it reads."""
         held = _HELD.get()
         mark = (id(self._queues), self._key)
         if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
@@ -243,8 +347,18 @@ class _Place:
                 waiting = queues[key] = deque()
             place = asyncio.get_running_loop().create_future()
             waiting.append(place)
+            if self._claim:
+                private = self._claims.join(key, self._claim)
+                self._counted = True
+                if private and read is not None and self._carry:
+                    fetching = asyncio.ensure_future(read(private))
+                    fetching.add_done_callback(_consumed)
+                    self._prefetch = (tuple(private), fetching)
             return place
         queues[key] = None
+        if self._claim:
+            self._claims.holder[key] = self._claim
+            self._counted = True  # counted once a turn waits behind this one
         self._token = _HELD.set((*held, mark))
         return None  # a turn that did not wait carries nothing: uncontended turns pay nothing
 
@@ -255,6 +369,8 @@ class _Place:
         try:
             received = await place
         except BaseException:
+            _drop(self._prefetch)
+            self._unclaim()
             if place.done() and not place.cancelled():  # handed the key as it was cancelled
                 self._hand_on(place.result())
             elif place in waiting:
@@ -263,12 +379,21 @@ class _Place:
         self._token = _HELD.set((*_HELD.get(), (id(self._queues), self._key)))
         if self._carry:
             self._start_carrying(received)
+        _drop(self._prefetch)  # unless carrying took it
+        self._prefetch = None
 
     def _start_carrying(self, received: Known | None) -> None:
         """Carry for this turn unless a place it holds already does."""
         if _CARRIED.get() is None:
-            self._carried = Carried(received, self._waited)
+            self._carried = Carried(received, self._waited, self._prefetch)
             self._carried_token = _CARRIED.set(self._carried)
+            self._prefetch = None
+
+    def _unclaim(self) -> None:
+        """Stop counting this turn's claim in its queue."""
+        if self._counted:
+            self._claims.leave(self._key, self._claim)
+            self._counted = False
 
     def _waited(self) -> bool:
         """Whether a turn waits behind the one holding the key."""
@@ -279,6 +404,7 @@ class _Place:
         if self._token is not None:
             _HELD.reset(self._token)
             self._token = None
+            self._unclaim()
             known = None
             if self._carried is not None:
                 assert self._carried_token is not None
@@ -297,3 +423,4 @@ class _Place:
                 place.set_result(known)
                 return
         del self._queues[self._key]
+        self._claims.drop(self._key)
