@@ -34,7 +34,7 @@ from ._errors import ScopeError
 from ._events import report
 from ._ids import TurnIds
 from ._lifecycle import TURN_ATTEMPTS, run_turn
-from ._plan import PLAN_CACHE_SIZE, Declaration, Scopes
+from ._plan import PLAN_CACHE_SIZE, Declaration, Plan, Scopes
 from ._queue import TurnQueues
 from ._routing import (
     Handler,
@@ -111,7 +111,7 @@ class AgentApplication:
         self._before: list[Hook] = []
         self._after: list[Hook] = []
         self._on_error: ErrorHandler | None = None
-        self._queues = TurnQueues(carry=True)
+        self._queues = TurnQueues(carry=True, claim_of=self._first_read)
         self.turn_attempts = TURN_ATTEMPTS
         if dedup_retention is not None:
             _positive(dedup_retention, "dedup_retention")
@@ -224,9 +224,10 @@ class AgentApplication:
             return ctx.replies
 
         declared = early.declared if early is not None else None
-        place = self._queues.turn(seen.queue, first_read(self._scopes.plan(ids), declared))
-        waiting = place.take(self.storage.read)
+        place = self._queues.turn(seen.queue, (ids, declared))
+        waiting = place.take()
         if waiting is not None:
+            place.prefetch(self.storage.read)
             await place.wait(waiting)
         try:
             return await run_turn(
@@ -240,6 +241,13 @@ class AgentApplication:
             )
         finally:
             place.leave()
+
+    def _first_read(self, claimant: tuple[TurnIds, Declaration | None]) -> tuple[str, ...]:
+        """The keys the turn of `(ids, declared)` reads first: what its queue's claims count."""
+        ids, declared = claimant
+        plan: Plan = self._scopes.plan(ids)
+        keys: tuple[str, ...] = first_read(plan, declared)
+        return keys
 
     async def _run(
         self,

@@ -26,6 +26,7 @@ import asyncio
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from contextvars import ContextVar, Token
+from typing import Any
 
 import orjson
 
@@ -242,21 +243,26 @@ def _served(received: Known, keys: Iterable[str]) -> dict[str, StoreItem] | None
 
 class TurnQueues:
     """FIFO queues by key: a turn waits only when another holds its key. With `carry`, each
-    turn leaving hands the next one what it knows of its documents (see the module doc)."""
+    turn leaving hands the next one what it knows of its documents (see the module doc);
+    with `claim_of` too, a turn that waits can `prefetch`: `claim_of(claimant)` names the
+    documents the turn of that `claimant` (as given to `turn`) reads first."""
 
     __slots__ = ("_queues", "_carry", "_claims")
 
-    def __init__(self, *, carry: bool = False) -> None:
+    def __init__(
+        self, *, carry: bool = False, claim_of: Callable[[Any], Iterable[str]] | None = None
+    ) -> None:
         self._queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None] = {}
         """Each held key's waiters (None until a turn waits: an uncontended turn makes no
         queue)."""
         self._carry = carry
-        self._claims = Claims()
+        self._claims = Claims(claim_of) if carry and claim_of is not None else None
 
-    def turn(self, key: Hashable, claim: tuple[str, ...] = ()) -> _Place:
+    def turn(self, key: Hashable, claimant: object = None) -> _Place:
         """`async with queues.turn(key):` holds `key`'s queue for the block; turns of other
-        keys run concurrently. `claim`: the documents the turn reads first (see `_Place.take`)."""
-        return _Place(self._queues, key, self._carry, self._claims, claim)
+        keys run concurrently. `claimant`: what `claim_of` names the turn's documents by."""
+        claims = self._claims if claimant is not None else None
+        return _Place(self._queues, key, self._carry, claims, claimant)
 
     def __len__(self) -> int:
         """How many keys have a turn running or waiting."""
@@ -264,35 +270,35 @@ class TurnQueues:
 
 
 class Claims:
-    """The documents each queue's turns read first: the holder's alone while none waits,
-    counted over the holder and the waiters once one does."""
+    """The documents each queue's turns read first: only the holder's claimant while none
+    waits (named lazily, so an uncontended turn names nothing), then counted over the holder
+    and the waiters."""
 
-    __slots__ = ("holder", "counted")
+    __slots__ = ("_claim_of", "held")
 
-    def __init__(self) -> None:
-        self.holder: dict[Hashable, tuple[str, ...]] = {}
-        self.counted: dict[Hashable, Counter[str]] = {}
+    def __init__(self, claim_of: Callable[[Any], Iterable[str]]) -> None:
+        self._claim_of = claim_of
+        self.held: dict[Hashable, object] = {}
+        """Per queue, its holder's claimant (a turn holding a free queue notes it here), or
+        once a turn waits, the Counter of the claims; dropped with the queue."""
 
-    def join(self, key: Hashable, claim: tuple[str, ...]) -> list[str]:
-        """Count a waiter's `claim` behind the turns in `key`'s queue; the keys of it that
-        none of those turns reads."""
-        counted = self.counted.get(key)
-        if counted is None:
-            counted = self.counted[key] = Counter(self.holder.get(key, ()))
+    def join(self, key: Hashable, claimant: object) -> list[str]:
+        """Count a waiter's claim behind the turns in `key`'s queue; the keys of it that none
+        of those turns reads."""
+        counted = self.held.get(key)
+        if not isinstance(counted, Counter):
+            held = () if counted is None else self._claim_of(counted)
+            counted = self.held[key] = Counter(held)
+        claim = list(self._claim_of(claimant))
         private = [name for name in claim if not counted[name]]
         counted.update(claim)
         return private
 
-    def leave(self, key: Hashable, claim: tuple[str, ...]) -> None:
+    def leave(self, key: Hashable, claimant: object) -> None:
         """Stop counting a turn that left the queue (or gave up waiting)."""
-        counted = self.counted.get(key)
-        if counted is not None:
-            counted.subtract(claim)
-
-    def drop(self, key: Hashable) -> None:
-        """Forget `key`'s queue: nobody holds it any more."""
-        self.holder.pop(key, None)
-        self.counted.pop(key, None)
+        counted = self.held.get(key)
+        if isinstance(counted, Counter):
+            counted.subtract(self._claim_of(claimant))
 
 
 class _Place:
@@ -305,20 +311,23 @@ class _Place:
     only: a place taken inside it carries nothing), or removes the queue if none waits."""
 
     __slots__ = (
-        "_queues", "_key", "_token", "_carry", "_carried", "_carried_token", "_claims", "_claim",
-        "_counted", "_prefetch",
+        "_queues", "_key", "_token", "_carry", "_carried", "_carried_token", "_claims",
+        "_claimant", "_private", "_prefetch",
     )  # fmt: skip
 
     def __init__(
         self,
         queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None],
         key: Hashable,
-        carry: bool,
-        claims: Claims,
-        claim: tuple[str, ...],
+        carry: bool = False,
+        claims: Claims | None = None,
+        claimant: object = None,
     ) -> None:
         self._queues, self._key, self._carry = queues, key, carry
-        self._claims, self._claim, self._counted = claims, claim, False
+        self._claims, self._claimant = claims, claimant
+        """The queues' claims, and this turn's claimant while it is noted or counted there."""
+        self._private: list[str] | tuple[()] = ()
+        """The keys of the turn's claim no turn ahead of it reads (a waiting turn's)."""
         self._token: Token[tuple[tuple[int, Hashable], ...]] | None = None
         self._carried: Carried | None = None
         self._carried_token: Token[Carried | None] | None = None
@@ -332,13 +341,13 @@ class _Place:
     async def __aexit__(self, *exc_info: object) -> None:
         self.leave()
 
-    def take(self, read: Read | None = None) -> asyncio.Future[Known | None] | None:
+    def take(self) -> asyncio.Future[Known | None] | None:
         """Hold the key if it is free (or already held by this turn) and return None; else
-        join its queue and return the place to `wait` on. A turn that joins a carrying queue
-        reads with `read`, while it waits, the keys of its claim no turn ahead of it reads."""
+        join its queue and return the place to `wait` on (and maybe to `prefetch` for)."""
         held = _HELD.get()
         mark = (id(self._queues), self._key)
         if mark in held:  # a turn inside a turn of the same key: it must not wait for itself
+            self._claimant = None
             return None
         queues, key = self._queues, self._key
         if key in queues:
@@ -347,20 +356,23 @@ class _Place:
                 waiting = queues[key] = deque()
             place = asyncio.get_running_loop().create_future()
             waiting.append(place)
-            if self._claim:
-                private = self._claims.join(key, self._claim)
-                self._counted = True
-                if private and read is not None and self._carry:
-                    fetching = asyncio.ensure_future(read(private))
-                    fetching.add_done_callback(_consumed)
-                    self._prefetch = (tuple(private), fetching)
+            if self._claims is not None and self._claimant is not None:
+                self._private = self._claims.join(key, self._claimant)
             return place
         queues[key] = None
-        if self._claim:
-            self._claims.holder[key] = self._claim
-            self._counted = True  # counted once a turn waits behind this one
+        if self._claims is not None and self._claimant is not None:
+            self._claims.held[key] = self._claimant
         self._token = _HELD.set((*held, mark))
         return None  # a turn that did not wait carries nothing: uncontended turns pay nothing
+
+    def prefetch(self, read: Read) -> None:
+        """For a turn that `take` queued: start reading with `read` the keys of its claim that
+        no turn ahead of it reads (its first read will use them, see the module doc)."""
+        private = self._private
+        if private and self._carry:
+            fetching = asyncio.ensure_future(read(private))
+            fetching.add_done_callback(_consumed)
+            self._prefetch = (tuple(private), fetching)
 
     async def wait(self, place: asyncio.Future[Known | None]) -> None:
         """Wait until the key is handed to this turn (`take` returned `place`), then hold it."""
@@ -391,9 +403,10 @@ class _Place:
 
     def _unclaim(self) -> None:
         """Stop counting this turn's claim in its queue."""
-        if self._counted:
-            self._claims.leave(self._key, self._claim)
-            self._counted = False
+        if self._claims is not None and self._claimant is not None:
+            if self._queues.get(self._key) is not None:  # counted once a turn waited
+                self._claims.leave(self._key, self._claimant)
+            self._claimant = None
 
     def _waited(self) -> bool:
         """Whether a turn waits behind the one holding the key."""
@@ -423,4 +436,5 @@ class _Place:
                 place.set_result(known)
                 return
         del self._queues[self._key]
-        self._claims.drop(self._key)
+        if self._claims is not None:
+            self._claims.held.pop(self._key, None)
