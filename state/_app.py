@@ -34,7 +34,7 @@ from ._errors import ScopeError
 from ._events import report
 from ._ids import TurnIds
 from ._lifecycle import TURN_ATTEMPTS, run_turn
-from ._plan import PLAN_CACHE_SIZE, Declaration, Scopes
+from ._plan import PLAN_CACHE_SIZE, Declaration, Plan, Scopes
 from ._queue import TurnQueues
 from ._routing import (
     Handler,
@@ -47,7 +47,7 @@ from ._routing import (
     text_match,
     type_match,
 )
-from ._turn_state import TurnState
+from ._turn_state import TurnState, first_read
 from .backends import Storage
 
 Hook = Callable[[TurnContext, TurnState], Awaitable[bool | None]]
@@ -111,7 +111,7 @@ class AgentApplication:
         self._before: list[Hook] = []
         self._after: list[Hook] = []
         self._on_error: ErrorHandler | None = None
-        self._queues = TurnQueues(carry=True)
+        self._queues = TurnQueues(carry=True, claim_of=self._first_read)
         self.turn_attempts = TURN_ATTEMPTS
         if dedup_retention is not None:
             _positive(dedup_retention, "dedup_retention")
@@ -223,9 +223,11 @@ class AgentApplication:
                 remember(state, delivery, activity, ctx.replies, claimed=claimed)
             return ctx.replies
 
-        place = self._queues.turn(seen.queue)
+        declared = early.declared if early is not None else None
+        place = self._queues.turn(seen.queue, (ids, declared))
         waiting = place.take()
         if waiting is not None:
+            place.prefetch(self.storage.read)
             await place.wait(waiting)
         try:
             return await run_turn(
@@ -235,10 +237,17 @@ class AgentApplication:
                 scopes=self._scopes,
                 attempts=self.turn_attempts,
                 queues=self._queues,
-                declared=early.declared if early is not None else None,
+                declared=declared,
             )
         finally:
             place.leave()
+
+    def _first_read(self, claimant: tuple[TurnIds, Declaration | None]) -> tuple[str, ...]:
+        """The keys the turn of `(ids, declared)` reads first: what its queue's claims count."""
+        ids, declared = claimant
+        plan: Plan = self._scopes.plan(ids)
+        keys: tuple[str, ...] = first_read(plan, declared)
+        return keys
 
     async def _run(
         self,

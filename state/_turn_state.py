@@ -25,7 +25,7 @@ from ._errors import (
 from ._history import History
 from ._ids import TurnIds
 from ._paths import MISSING
-from ._plan import Declaration, Scopes
+from ._plan import Declaration, Plan, Scopes
 from .backends import StoreItem
 from .backends._items import BuiltKeys
 from .backends._keys import check_key, check_keys
@@ -81,7 +81,8 @@ class TurnState:
         """Read every planned bucket (or the declared ones), and `extra_keys` (framework
         records, see `attach`), in one batched read through `read` (`open_turn` does this
         before the turn)."""
-        keys = self._plan.keys if self._declared is None else self._declared_keys()
+        plan, declared = self._plan, self._declared
+        keys = plan.keys if declared is None else first_read(plan, declared)
         if extra_keys:  # the plan's keys were checked when built; these are checked here
             keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:
@@ -93,7 +94,7 @@ class TurnState:
         """The scope of the evidence's home: the first in `Plan.evidence` order of those the
         turn may use that was stored when the turn read it, else the user's bucket (it needs
         no index entry, unlike a new session), else the first of them; when the turn may use
-        no stored scope, the one `_declared_keys` read."""
+        no stored scope, the one `first_read` read."""
         plan, found = self._plan, self._found
         names = plan.evidence
         if self._declared is not None:
@@ -104,19 +105,6 @@ class TurnState:
             if plan.scopes[name][1] in found:
                 return name
         return _fallback(names)
-
-    def _declared_keys(self) -> BuiltKeys:
-        """The keys of the declared stored scopes, or of the evidence's home when none is
-        declared (a turn with an activity id writes its evidence there): the plan's, checked
-        when built."""
-        declared, plan = self._declared, self._plan
-        assert declared is not None
-        keys = tuple(
-            key for name, (_, key) in plan.scopes.items() if name in declared.scopes and key
-        )
-        if not keys and plan.evidence:
-            keys = (plan.scopes[_fallback(plan.evidence)][1] or "",)
-        return BuiltKeys(keys)
 
     def _allowed(self, name: str) -> bool:
         """Whether the turn may use scope `name` (every scope unless the route declares)."""
@@ -396,6 +384,18 @@ class TurnState:
             raise StatePathError(f"a path must be a str, got {type(key).__name__}")
         scope, steps, _ = self._scopes.locate(key)
         return self.scope(scope), steps
+
+
+def first_read(plan: Plan, declared: Declaration | None) -> BuiltKeys:
+    """The keys a turn's load reads: the plan's, or those of the declared stored scopes, or
+    of the evidence's home when none is declared (a turn with an activity id writes its
+    evidence there). Checked when the plan was built."""
+    if declared is None:
+        return plan.keys
+    keys = tuple(key for name, (_, key) in plan.scopes.items() if name in declared.scopes and key)
+    if not keys and plan.evidence:
+        keys = (plan.scopes[_fallback(plan.evidence)][1] or "",)
+    return BuiltKeys(keys)
 
 
 def _fallback(names: tuple[str, ...] | list[str]) -> str:

@@ -237,3 +237,139 @@ async def test_a_bucket_changed_by_another_writer_while_a_turn_waits_costs_no_re
     assert (await stored(atomic_store, CONVERSATION))["count"] == 3
     assert (await stored(atomic_store, app_key)) == {"flag": True}
     assert ran == [1, 1, 1]  # the commit's check of the unused bucket failed; its write went on
+
+
+PATIENCE = 10.0
+"""Seconds a test waits for the queued turns' reads before it fails (they start at once)."""
+
+
+def reads_of(storage: Storage, *, once: int, reached: asyncio.Event) -> list[list[str]]:
+    """Record the keys of every storage read (one list per read); set `reached` when `once`
+    reads have started."""
+    seen: list[list[str]] = []
+    read = storage.read
+
+    async def recorded(keys: Any) -> dict[str, StoreItem]:
+        seen.append(list(keys))
+        if len(seen) == once:
+            reached.set()
+        return await read(keys)
+
+    storage.read = recorded  # type: ignore[method-assign]
+    return seen
+
+
+def gated(storage: Storage, gate: asyncio.Event, entered: asyncio.Event) -> AgentApplication:
+    """A counting bot whose turns of user `first` wait for `gate` (after setting `entered`)."""
+    app = AgentApplication(storage, app_name="bot")
+
+    @app.message()
+    async def count(ctx: TurnContext, state: TurnState) -> None:
+        if ctx.activity.from_property is not None and ctx.activity.from_property.id == "first":
+            entered.set()
+            await gate.wait()
+        state["conversation:count"] = state.get("conversation.count", 0) + 1
+        state["user:turns"] = state.get("user.turns", 0) + 1
+        state["session:attempts"] = [*state.get("session.attempts", []), ctx.attempt]
+
+    return app
+
+
+def own_keys(user: str) -> set[str]:
+    """The user's and their session's bucket keys in conversation c1 of the `bot` app."""
+    return {f"test/users/{user}", f"test/conversations/c1/users/{user}/agents/bot"}
+
+
+async def test_queued_turns_of_other_users_read_their_own_buckets_while_they_wait(
+    atomic_store: Storage,
+) -> None:
+    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    others = [f"u{i}" for i in range(5)]
+    seen = reads_of(atomic_store, once=1 + len(others), reached=prefetched)
+    app = gated(atomic_store, gate, entered)
+    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
+    await entered.wait()
+    queued = [
+        asyncio.create_task(app.process(message(i, user=user, activity_id=f"b{i}")))
+        for i, user in enumerate(others)
+    ]
+    # each queued turn starts a read while the first turn runs
+    await asyncio.wait_for(prefetched.wait(), PATIENCE)
+    before = len(seen)
+    gate.set()
+    await asyncio.gather(first, *queued)
+    for user, keys in zip(others, seen[1:before], strict=True):
+        assert own_keys(user) <= set(keys), (user, keys)
+    # no turn read its own buckets again once it ran: each started from its prefetch and
+    # from what the turn before it handed on; only the first of them read the shared buckets,
+    # since the first turn waited for nobody and so carries nothing
+    assert seen[before:] == [[CONVERSATION, "app/bot"]]
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 1 + len(others)
+    for user in others:
+        assert (await stored(atomic_store, f"test/users/{user}"))["turns"] == 1
+        session = await stored(atomic_store, f"test/conversations/c1/users/{user}/agents/bot")
+        assert session["attempts"] == [1]  # no prefetched document was stale: no re-run
+
+
+async def test_a_queued_turn_does_not_prefetch_what_a_turn_ahead_of_it_reads(
+    atomic_store: Storage,
+) -> None:
+    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    seen = reads_of(atomic_store, once=2, reached=prefetched)
+    app = gated(atomic_store, gate, entered)
+    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
+    await entered.wait()
+    other = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
+    again = asyncio.create_task(app.process(message(2, user="first", activity_id="a2")))
+    await asyncio.wait_for(prefetched.wait(), PATIENCE)  # u1's prefetch; `again` queued before it
+    waiting = list(seen)
+    gate.set()
+    await asyncio.gather(first, other, again)
+    assert not any(own_keys("first") & set(keys) for keys in waiting[1:]), waiting
+    assert any(own_keys("first") <= set(keys) for keys in seen[len(waiting) :]), seen
+    assert (await stored(atomic_store, "test/users/first"))["turns"] == 2
+    session = await stored(atomic_store, "test/conversations/c1/users/first/agents/bot")
+    assert session["attempts"] == [1, 1]  # read after the first turn's commit: no re-run
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 3
+
+
+async def test_a_prefetched_document_changed_by_another_writer_is_a_conflict_and_a_rerun(
+    atomic_store: Storage,
+) -> None:
+    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    reads_of(atomic_store, once=2, reached=prefetched)
+    app = gated(atomic_store, gate, entered)
+    user_key = "test/users/u1"
+    await atomic_store.write({user_key: StoreItem({"turns": 10}, None)})
+    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
+    await entered.wait()
+    other = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
+    await asyncio.wait_for(prefetched.wait(), PATIENCE)
+    found = await atomic_store.read([user_key])  # another writer, after the prefetch
+    await atomic_store.write({user_key: StoreItem({"turns": 20}, found[user_key].etag)})
+    gate.set()
+    await asyncio.gather(first, other)
+    assert (await stored(atomic_store, user_key))["turns"] == 21  # nothing lost
+    session = await stored(atomic_store, "test/conversations/c1/users/u1/agents/bot")
+    assert session["attempts"] == [2]
+
+
+async def test_a_queued_turn_cancelled_while_it_waits_leaves_the_queue_working(
+    atomic_store: Storage,
+) -> None:
+    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    reads_of(atomic_store, once=3, reached=prefetched)
+    app = gated(atomic_store, gate, entered)
+    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
+    await entered.wait()
+    dropped = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
+    kept = asyncio.create_task(app.process(message(2, user="u2", activity_id="a2")))
+    await asyncio.wait_for(prefetched.wait(), PATIENCE)
+    dropped.cancel()
+    gate.set()
+    await asyncio.gather(first, kept)
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert (await stored(atomic_store, CONVERSATION))["count"] == 2
+    assert (await atomic_store.read(["test/users/u1"])) == {}
+    assert (await stored(atomic_store, "test/users/u2"))["turns"] == 1
