@@ -116,7 +116,8 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> RoundTrips:
 
 
 async def command_calls(storage: RedisStorage, command: str) -> dict[str, int]:
-    """Server-side call count of `command` on each primary behind `storage` (INFO commandstats)."""
+    """Server-side call count of `command` on each primary behind `storage` (INFO commandstats:
+    the server's, so a test that reads it is marked `serial` and runs with no other test)."""
     if not storage.cluster:
         stats = await storage.client.info("commandstats")
         return {"server": stats.get(f"cmdstat_{command}", {}).get("calls", 0)}
@@ -150,6 +151,7 @@ def slot_of(storage: RedisStorage, key: str) -> int:
 # --- round trips ----------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # counts a shared server's INFO commandstats
 async def test_batch_read_is_one_round_trip_whatever_its_size(
     standalone: RedisStorage, round_trips: RoundTrips
 ) -> None:
@@ -165,6 +167,7 @@ async def test_batch_read_is_one_round_trip_whatever_its_size(
     }
 
 
+@pytest.mark.serial  # counts a shared server's INFO commandstats
 async def test_batch_write_is_one_round_trip_and_one_script_call(
     standalone: RedisStorage, round_trips: RoundTrips
 ) -> None:
@@ -177,6 +180,7 @@ async def test_batch_write_is_one_round_trip_and_one_script_call(
     assert set(etags) == set(changes)
 
 
+@pytest.mark.serial  # counts a shared server's INFO commandstats
 async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(
     cluster: RedisStorage, round_trips: RoundTrips
 ) -> None:
@@ -191,6 +195,7 @@ async def test_turn_keys_share_a_cluster_slot_and_save_in_one_round_trip(
     assert list(delta(before, await command_calls(cluster, "evalsha")).values()) == [1]
 
 
+@pytest.mark.serial  # counts a shared server's INFO commandstats
 async def test_cluster_batch_is_grouped_per_slot_one_round_trip_per_node(
     cluster: RedisStorage, round_trips: RoundTrips
 ) -> None:
