@@ -204,7 +204,7 @@ async def _completed(
         if key in known:
             entry = known[key]
             if entry is not None:
-                found[key] = StoreItem(orjson.loads(entry[0]), entry[1], entry[0])
+                found[key] = _item(entry)
         elif key in prefetched:
             item = fetched.get(key)
             if item is not None:
@@ -237,8 +237,13 @@ def _served(received: Known, keys: Iterable[str]) -> dict[str, StoreItem] | None
     for key in keys:
         entry = received[key]
         if entry is not None:
-            found[key] = StoreItem(orjson.loads(entry[0]), entry[1], entry[0])
+            found[key] = _item(entry)
     return found
+
+
+def _item(entry: tuple[bytes, str]) -> StoreItem:
+    """A fresh item of a document handed on: parsed from its stored bytes, at its version."""
+    return StoreItem(orjson.loads(entry[0]), entry[1], entry[0])
 
 
 class TurnQueues:
@@ -319,9 +324,9 @@ class _Place:
         self,
         queues: dict[Hashable, deque[asyncio.Future[Known | None]] | None],
         key: Hashable,
-        carry: bool = False,
-        claims: Claims | None = None,
-        claimant: object = None,
+        carry: bool,
+        claims: Claims | None,
+        claimant: object,
     ) -> None:
         self._queues, self._key, self._carry = queues, key, carry
         self._claims, self._claimant = claims, claimant
@@ -369,7 +374,7 @@ class _Place:
         """For a turn that `take` queued: start reading with `read` the keys of its claim that
         no turn ahead of it reads (its first read will use them, see the module doc)."""
         private = self._private
-        if private and self._carry:
+        if private:  # only a carrying queue counts claims
             fetching = asyncio.ensure_future(read(private))
             fetching.add_done_callback(_consumed)
             self._prefetch = (tuple(private), fetching)

@@ -81,8 +81,7 @@ class TurnState:
         """Read every planned bucket (or the declared ones), and `extra_keys` (framework
         records, see `attach`), in one batched read through `read` (`open_turn` does this
         before the turn)."""
-        plan, declared = self._plan, self._declared
-        keys = plan.keys if declared is None else first_read(plan, declared)
+        keys = first_read(self._plan, self._declared)
         if extra_keys:  # the plan's keys were checked when built; these are checked here
             keys = BuiltKeys(dict.fromkeys((*keys, *check_keys(extra_keys))))
         if keys:

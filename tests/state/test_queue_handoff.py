@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from agent_state import AgentApplication, TurnContext, TurnState, conversation_key, open_storage
+from agent_state import (
+    Activity,
+    AgentApplication,
+    TurnContext,
+    TurnState,
+    conversation_key,
+    open_storage,
+)
 from agent_state.backends import Storage, StoreItem
 from tests.stores import STORES
 
@@ -243,36 +250,58 @@ PATIENCE = 10.0
 """Seconds a test waits for the queued turns' reads before it fails (they start at once)."""
 
 
-def reads_of(storage: Storage, *, once: int, reached: asyncio.Event) -> list[list[str]]:
-    """Record the keys of every storage read (one list per read); set `reached` when `once`
-    reads have started."""
-    seen: list[list[str]] = []
-    read = storage.read
+class HeldFirstTurn:
+    """A counting bot whose first turn (of user `first`) stays open until `release`, so that
+    turns `queue`d meanwhile wait behind it; every storage read is recorded in `seen`."""
 
-    async def recorded(keys: Any) -> dict[str, StoreItem]:
-        seen.append(list(keys))
-        if len(seen) == once:
-            reached.set()
-        return await read(keys)
+    def __init__(self, storage: Storage, *, prefetches: int) -> None:
+        """`prefetches`: how many queued turns read while they wait (`prefetched` waits)."""
+        self.gate, self.entered, self.reached = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self.seen: list[list[str]] = []
+        self.app = AgentApplication(storage, app_name="bot")
+        self.tasks: list[asyncio.Task[list[Activity]]] = []
+        read = storage.read
 
-    storage.read = recorded  # type: ignore[method-assign]
-    return seen
+        async def recorded(keys: Any) -> dict[str, StoreItem]:
+            self.seen.append(list(keys))
+            if len(self.seen) == 1 + prefetches:  # the first turn's load, then the prefetches
+                self.reached.set()
+            return await read(keys)
 
+        storage.read = recorded  # type: ignore[method-assign]
 
-def gated(storage: Storage, gate: asyncio.Event, entered: asyncio.Event) -> AgentApplication:
-    """A counting bot whose turns of user `first` wait for `gate` (after setting `entered`)."""
-    app = AgentApplication(storage, app_name="bot")
+        @self.app.message()
+        async def count(ctx: TurnContext, state: TurnState) -> None:
+            if ctx.activity.from_property is not None and ctx.activity.from_property.id == "first":
+                self.entered.set()
+                await self.gate.wait()
+            state["conversation:count"] = state.get("conversation.count", 0) + 1
+            state["user:turns"] = state.get("user.turns", 0) + 1
+            state["session:attempts"] = [*state.get("session.attempts", []), ctx.attempt]
 
-    @app.message()
-    async def count(ctx: TurnContext, state: TurnState) -> None:
-        if ctx.activity.from_property is not None and ctx.activity.from_property.id == "first":
-            entered.set()
-            await gate.wait()
-        state["conversation:count"] = state.get("conversation.count", 0) + 1
-        state["user:turns"] = state.get("user.turns", 0) + 1
-        state["session:attempts"] = [*state.get("session.attempts", []), ctx.attempt]
+    async def start(self) -> None:
+        """Start the first turn and wait until it runs its handler."""
+        self.queue(0, "first")
+        await self.entered.wait()
 
-    return app
+    def queue(self, number: int, user: str) -> asyncio.Task[list[Activity]]:
+        """Start a turn of `user` (activity id `a{number}`)."""
+        message_of = message(number, user=user, activity_id=f"a{number}")
+        self.tasks.append(asyncio.create_task(self.app.process(message_of)))
+        return self.tasks[-1]
+
+    async def prefetched(self) -> None:
+        """Wait until the queued turns started their reads (fail after PATIENCE seconds)."""
+        await asyncio.wait_for(self.reached.wait(), PATIENCE)
+
+    async def release(self) -> None:
+        """Let the first turn finish; wait for every turn, raising what one that was not
+        cancelled raised."""
+        self.gate.set()
+        outcomes = await asyncio.gather(*self.tasks, return_exceptions=True)
+        for task, outcome in zip(self.tasks, outcomes, strict=True):
+            if isinstance(outcome, BaseException) and not task.cancelled():
+                raise outcome
 
 
 def own_keys(user: str) -> set[str]:
@@ -283,27 +312,20 @@ def own_keys(user: str) -> set[str]:
 async def test_queued_turns_of_other_users_read_their_own_buckets_while_they_wait(
     atomic_store: Storage,
 ) -> None:
-    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
     others = [f"u{i}" for i in range(5)]
-    seen = reads_of(atomic_store, once=1 + len(others), reached=prefetched)
-    app = gated(atomic_store, gate, entered)
-    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
-    await entered.wait()
-    queued = [
-        asyncio.create_task(app.process(message(i, user=user, activity_id=f"b{i}")))
-        for i, user in enumerate(others)
-    ]
-    # each queued turn starts a read while the first turn runs
-    await asyncio.wait_for(prefetched.wait(), PATIENCE)
-    before = len(seen)
-    gate.set()
-    await asyncio.gather(first, *queued)
-    for user, keys in zip(others, seen[1:before], strict=True):
+    held = HeldFirstTurn(atomic_store, prefetches=len(others))
+    await held.start()
+    for number, user in enumerate(others, start=1):
+        held.queue(number, user)
+    await held.prefetched()  # each queued turn starts a read while the first turn runs
+    before = len(held.seen)
+    await held.release()
+    for user, keys in zip(others, held.seen[1:before], strict=True):
         assert own_keys(user) <= set(keys), (user, keys)
     # no turn read its own buckets again once it ran: each started from its prefetch and
     # from what the turn before it handed on; only the first of them read the shared buckets,
     # since the first turn waited for nobody and so carries nothing
-    assert seen[before:] == [[CONVERSATION, "app/bot"]]
+    assert held.seen[before:] == [[CONVERSATION, "app/bot"]]
     assert (await stored(atomic_store, CONVERSATION))["count"] == 1 + len(others)
     for user in others:
         assert (await stored(atomic_store, f"test/users/{user}"))["turns"] == 1
@@ -314,19 +336,15 @@ async def test_queued_turns_of_other_users_read_their_own_buckets_while_they_wai
 async def test_a_queued_turn_does_not_prefetch_what_a_turn_ahead_of_it_reads(
     atomic_store: Storage,
 ) -> None:
-    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    seen = reads_of(atomic_store, once=2, reached=prefetched)
-    app = gated(atomic_store, gate, entered)
-    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
-    await entered.wait()
-    other = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
-    again = asyncio.create_task(app.process(message(2, user="first", activity_id="a2")))
-    await asyncio.wait_for(prefetched.wait(), PATIENCE)  # u1's prefetch; `again` queued before it
-    waiting = list(seen)
-    gate.set()
-    await asyncio.gather(first, other, again)
+    held = HeldFirstTurn(atomic_store, prefetches=1)
+    await held.start()
+    held.queue(1, "u1")
+    held.queue(2, "first")
+    await held.prefetched()  # u1's prefetch; the second turn of `first` queued before it
+    waiting = list(held.seen)
+    await held.release()
     assert not any(own_keys("first") & set(keys) for keys in waiting[1:]), waiting
-    assert any(own_keys("first") <= set(keys) for keys in seen[len(waiting) :]), seen
+    assert any(own_keys("first") <= set(keys) for keys in held.seen[len(waiting) :]), held.seen
     assert (await stored(atomic_store, "test/users/first"))["turns"] == 2
     session = await stored(atomic_store, "test/conversations/c1/users/first/agents/bot")
     assert session["attempts"] == [1, 1]  # read after the first turn's commit: no re-run
@@ -336,19 +354,15 @@ async def test_a_queued_turn_does_not_prefetch_what_a_turn_ahead_of_it_reads(
 async def test_a_prefetched_document_changed_by_another_writer_is_a_conflict_and_a_rerun(
     atomic_store: Storage,
 ) -> None:
-    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    reads_of(atomic_store, once=2, reached=prefetched)
-    app = gated(atomic_store, gate, entered)
     user_key = "test/users/u1"
     await atomic_store.write({user_key: StoreItem({"turns": 10}, None)})
-    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
-    await entered.wait()
-    other = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
-    await asyncio.wait_for(prefetched.wait(), PATIENCE)
+    held = HeldFirstTurn(atomic_store, prefetches=1)
+    await held.start()
+    held.queue(1, "u1")
+    await held.prefetched()
     found = await atomic_store.read([user_key])  # another writer, after the prefetch
     await atomic_store.write({user_key: StoreItem({"turns": 20}, found[user_key].etag)})
-    gate.set()
-    await asyncio.gather(first, other)
+    await held.release()
     assert (await stored(atomic_store, user_key))["turns"] == 21  # nothing lost
     session = await stored(atomic_store, "test/conversations/c1/users/u1/agents/bot")
     assert session["attempts"] == [2]
@@ -357,17 +371,13 @@ async def test_a_prefetched_document_changed_by_another_writer_is_a_conflict_and
 async def test_a_queued_turn_cancelled_while_it_waits_leaves_the_queue_working(
     atomic_store: Storage,
 ) -> None:
-    gate, entered, prefetched = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    reads_of(atomic_store, once=3, reached=prefetched)
-    app = gated(atomic_store, gate, entered)
-    first = asyncio.create_task(app.process(message(0, user="first", activity_id="a0")))
-    await entered.wait()
-    dropped = asyncio.create_task(app.process(message(1, user="u1", activity_id="a1")))
-    kept = asyncio.create_task(app.process(message(2, user="u2", activity_id="a2")))
-    await asyncio.wait_for(prefetched.wait(), PATIENCE)
+    held = HeldFirstTurn(atomic_store, prefetches=2)
+    await held.start()
+    dropped = held.queue(1, "u1")
+    held.queue(2, "u2")
+    await held.prefetched()
     dropped.cancel()
-    gate.set()
-    await asyncio.gather(first, kept)
+    await held.release()
     with pytest.raises(asyncio.CancelledError):
         await dropped
     assert (await stored(atomic_store, CONVERSATION))["count"] == 2
