@@ -28,7 +28,7 @@ from collections.abc import (
 )
 from functools import lru_cache
 from types import TracebackType
-from typing import TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ._commit import INTENT, RECORDS, SYSTEM_CLOCK, Clock, commit, read_settled
 from ._envelope import dump_data
@@ -49,6 +49,16 @@ WriteGroup = Callable[[str], str]
 """Maps a key to its write group: its first segments (a prefix ending at a `/` or the whole
 key), naming the keys one atomic write can hold together (a Redis hash slot, a Cosmos DB
 partition). It must depend on the key alone: backends derive where a key lives from it."""
+
+
+@runtime_checkable
+class PrefixGroups(Protocol):
+    """A write group rule that can also name the one group of every key under a prefix
+    (`agent_state.write_group` can): a backend that indexes each group (Redis) lists such a
+    prefix from that group's index rather than scanning the store."""
+
+    def prefix_group(self, prefix: str) -> str | None:
+        """The group of every key that starts with `prefix`; None when they may differ."""
 
 
 def whole_key(key: str) -> str:

@@ -318,15 +318,54 @@ def _parse_record(scope: ParsedKey, rest: list[str]) -> ParsedKey | None:
                      namespace=scope.namespace, kind=kind, record=record)  # fmt: skip
 
 
-def write_group(key: str) -> str:
-    """The write group of a key (see `Storage.write_group`): a conversation's key for the
-    conversation and every key under it (its sessions), else the key itself.
+_GROUP_HEADS = ("conversations", "users")
+"""The segment after which (at position 1, or 2 under a namespace) a key's write group is the
+conversation or user it names, `C` or `U`: the conversation rule is tried at both positions
+first, so a channel or user literally named `users` still finds its conversation."""
+
+
+def _group_rule(parts: list[str], whole: bool) -> str | None:
+    """The write group the rule gives a key whose segments are `parts` (`whole`), or every key
+    whose first segments are `parts` (not `whole`): `C` or `U`, `""` for the key itself, and
+    None when the segments after `parts` decide it."""
+    for head in _GROUP_HEADS:
+        for i in (1, 2):
+            if len(parts) <= i:
+                if whole:
+                    continue  # no such segment: this rule does not apply
+                return None
+            if parts[i] != head:
+                continue
+            if len(parts) > i + 2 if whole else len(parts) >= i + 2:
+                return "/".join(parts[: i + 2])
+            if not whole:
+                return None  # the key may end at the next segment (its own group) or go on
+    return ""
+
+
+class _WriteGroups:
+    """`write_group(key)`: the write group of a key (see `Storage.write_group`): a
+    conversation's key for the conversation and every key under it (its sessions), a user's
+    key for the user and every record under it (their index of sessions, their AG-UI thread
+    index, a forget's marker), else the key itself.
 
     Given to every storage `open_storage` opens, so a turn's conversation and session
-    buckets can be written atomically together (one Redis slot, one Cosmos DB partition).
+    buckets can be written atomically together (one Redis slot, one Cosmos DB partition), and
+    a user's own records lie in one place. `write_group.prefix_group(prefix)` names the one
+    group of every key under `prefix` (None when there is none): Redis lists such a prefix
+    from that group's index instead of scanning the keyspace.
     """
-    parts = key.split("/")
-    for i in (1, 2):  # `{channel}/conversations/...`, or the same under a namespace
-        if len(parts) > i + 2 and parts[i] == "conversations":
-            return "/".join(parts[: i + 2])
-    return key
+
+    def __call__(self, key: str) -> str:
+        return _group_rule(key.split("/"), whole=True) or key
+
+    def prefix_group(self, prefix: str) -> str | None:
+        """The write group of every key that starts with `prefix`, or None when they may lie
+        in several (the prefix stops before the segments that decide it)."""
+        return _group_rule(prefix.split("/")[:-1], whole=False) or None
+
+    def __repr__(self) -> str:
+        return "agent_state.write_group"
+
+
+write_group = _WriteGroups()

@@ -3,7 +3,10 @@
 A key becomes `{namespace}:{{group}}rest` (no `namespace:` without a namespace), where
 `group + rest == key` and `group` is the key's write group (given by the storage's
 `write_group` function). Redis hashes only the text inside the braces, so the keys of one
-write group share a cluster slot and can be written in one script. See docs/redis.md.
+write group share a cluster slot and can be written in one script. Each group's keys but its
+own are indexed in `{namespace}:{{group}}#index`, a sorted set of their escaped `rest`s (no
+key's `rest` starts with `#`): listing a prefix inside one group reads a range of it instead
+of scanning the keyspace. See docs/redis.md.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import lru_cache
+from typing import NamedTuple
 
 from .._errors import StorageConfigError
 from .._keys import KEYS_REMEMBERED, check_key
@@ -20,6 +24,17 @@ _UNESCAPE = {"\\": "\\", "(": "{", ")": "}"}
 _ESCAPED = re.compile(r"(?:[^\\{}]|\\[\\()])*", re.DOTALL)
 _ESCAPE_SEQUENCE = re.compile(r"\\([\\()])")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+INDEX = "#index"
+"""What follows `{namespace}:{{group}}` in the name of the group's index."""
+
+
+class Place(NamedTuple):
+    """Where a key's document lives (`redis_key`), its group's index, and its member there
+    (empty for the group's own key, which is not indexed)."""
+
+    redis_key: bytes
+    index: bytes
+    member: bytes
 
 
 class KeyLayout:
@@ -40,7 +55,24 @@ class KeyLayout:
 
     def _redis_key(self, key: str) -> str:
         group = self.group_of(key)
-        return f"{self.prefix}{{{group.translate(_ESCAPE)}}}{key[len(group) :].translate(_ESCAPE)}"
+        return f"{self.group_base(group)}{key[len(group) :].translate(_ESCAPE)}"
+
+    def group_base(self, group: str) -> str:
+        """`{namespace}:{{group}}`: what every Redis key of the group starts with."""
+        return f"{self.prefix}{{{group.translate(_ESCAPE)}}}"
+
+    def place(self, key: str) -> Place:
+        """A (valid) key's `Place`, encoded as redis-py sends it."""
+        group = self.group_of(key)
+        base, rest = self.group_base(group), key[len(group) :].translate(_ESCAPE)
+        return Place(f"{base}{rest}".encode(), f"{base}{INDEX}".encode(), rest.encode())
+
+    def index_range(self, group: str, prefix: str) -> tuple[bytes, bytes, bytes]:
+        """The group's index, and the lexicographic bounds (`ZRANGEBYLEX` syntax) of the
+        members of the keys under `prefix`, a prefix that starts with `group + "/"`."""
+        start = prefix[len(group) :].translate(_ESCAPE).encode()
+        base = self.group_base(group)
+        return f"{base}{INDEX}".encode(), b"[" + start, b"(" + start + b"\xff"  # not in UTF-8
 
     def storage_key(self, redis_key: bytes | str) -> str | None:
         """Invert `redis_key`; None for a Redis key this layout cannot have made."""

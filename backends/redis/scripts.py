@@ -16,6 +16,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from .layout import INDEX
+
 _STORED = re.compile(rb"([0-9]{1,20}) ", re.ASCII)
 
 
@@ -73,14 +75,50 @@ return reply
 """Read of one slot group in one call: an `MGET`; where it saw no string at some key, an `EXISTS`
 that tells whether one holds another type; only then a `TYPE` per such key names the type."""
 
+_KEY_OF = f"""
+-- A group's index is a sorted set (all scores 0) of the escaped rests of its keys but its own;
+-- the Redis key of a member is the index's name without its suffix, then the member.
+local function key_of(index, member)
+  return string.sub(index, 1, {-len(INDEX) - 1}) .. member
+end
+"""
+"""Lua shared by the scripts that read a group's index (see `layout`)."""
+
+_INDEXED = """-- Drop up to two members whose keys are gone (expired): a member is added no more often than
+-- a key is created, so the index holds at most about as many stale members as live ones.
+local function prune(index)
+  for _, member in ipairs(redis.call('ZRANDMEMBER', index, 2)) do
+    if redis.call('EXISTS', key_of(index, member)) == 0 then redis.call('ZREM', index, member) end
+  end
+end
+-- Index a key just written with `ttl` (ms, '0' = none): the index lives as long as the
+-- longest-lived key written to it, so it never expires before one of its keys.
+local function indexed(index, member, ttl)
+  if member == '' then return end
+  local left = redis.call('PTTL', index) -- -2: no index yet, -1: it does not expire
+  if redis.call('ZADD', index, 0, member) == 1 and left ~= -2 then prune(index) end
+  if ttl == '0' then
+    if left >= 0 then redis.call('PERSIST', index) end
+  elseif left == -2 or (left >= 0 and left < tonumber(ttl)) then
+    redis.call('PEXPIRE', index, ttl)
+  end
+end
+"""
+"""Lua shared by the scripts that keep each write group's index."""
+
 WRITE = LuaScript(
     """#!lua
--- KEYS: the Redis keys of one slot group. ARGV[1]: '1' all or nothing, '0' per key;
--- then per key its precondition ('*' = always, '' = must not exist, else the version it
--- must have), its TTL in ms ('0' = none; 'check' = only check the precondition, write
--- nothing) and its envelope.
+-- KEYS: the Redis keys of one slot group, then their groups' indexes (KEYS[n + i] for
+-- KEYS[i]). ARGV[1]: '1' all or nothing, '0' per key; then per key its precondition ('*' =
+-- always, '' = must not exist, else the version it must have), its TTL in ms ('0' = none;
+-- 'check' = only check the precondition, write nothing), its envelope and its index member.
 -- Reply per key: the new version, 0 = precondition failed, 1 = held but not written,
 -- {type} = the key holds another Redis type (nothing is written over it).
+"""
+    + _KEY_OF
+    + _INDEXED
+    + """
+local n = #KEYS / 2
 local atomic = ARGV[1] == '1'
 local clock = redis.call('TIME')
 -- Versions are decimal text: Lua numbers are doubles, exact only up to 2^53.
@@ -94,8 +132,8 @@ local function after(version) -- max(version + 1, now)
   return string.sub(head, 1, -2) .. string.char(string.byte(head, -1) + 1) .. tail
 end
 local reply, failed = {}, false
-for i, key in ipairs(KEYS) do
-  local expected = ARGV[3 * i - 1]
+for i = 1, n do
+  local key, expected = KEYS[i], ARGV[4 * i - 2]
   local head = redis.pcall('GETRANGE', key, 0, 20)
   if type(head) ~= 'string' then -- WRONGTYPE: a hash, list, ... is never replaced
     reply[i] = {redis.call('TYPE', key)['ok']}
@@ -116,41 +154,73 @@ for i, key in ipairs(KEYS) do
   end
 end
 if atomic and failed then
-  for i = 1, #KEYS do
+  for i = 1, n do
     if type(reply[i]) == 'string' then reply[i] = 1 end
   end
   return reply
 end
-for i, key in ipairs(KEYS) do
-  local ttl = ARGV[3 * i]
+for i = 1, n do
+  local key, ttl = KEYS[i], ARGV[4 * i - 1]
   if type(reply[i]) == 'string' and ttl ~= 'check' then
-    local value = reply[i] .. ' ' .. ARGV[3 * i + 1]
+    local value = reply[i] .. ' ' .. ARGV[4 * i]
     if ttl ~= '0' then
       redis.call('SET', key, value, 'PX', ttl)
     else
       redis.call('SET', key, value) -- a plain SET also drops an earlier TTL
     end
+    indexed(KEYS[n + i], ARGV[4 * i + 1], ttl)
   end
 end
 return reply
 """
 )
-"""Conditional write of one slot group; each document is one SET (value and TTL together)."""
+"""Conditional write of one slot group; each document is one SET (value and TTL together),
+and its member in its group's index."""
 
 DELETE = LuaScript(
     """#!lua
--- KEYS: the Redis keys of one slot group; ARGV[i]: '*' or the version KEYS[i] must have.
+-- KEYS: the Redis keys of one slot group, then their groups' indexes (KEYS[n + i] for
+-- KEYS[i]); ARGV[2i - 1]: '*' or the version KEYS[i] must have, ARGV[2i]: its index member.
 -- Reply: the positions (1-based) whose version did not match; those keys are kept.
+local n = #KEYS / 2
 local failed = {}
-for i, key in ipairs(KEYS) do
-  local keep = false
-  if ARGV[i] ~= '*' then
+for i = 1, n do
+  local key, keep = KEYS[i], false
+  if ARGV[2 * i - 1] ~= '*' then
     local head = redis.pcall('GETRANGE', key, 0, 20)
-    keep = type(head) ~= 'string' or string.match(head, '^(%d+) ') ~= ARGV[i]
+    keep = type(head) ~= 'string' or string.match(head, '^(%d+) ') ~= ARGV[2 * i - 1]
   end
-  if keep then failed[#failed + 1] = i else redis.call('UNLINK', key) end
+  if keep then
+    failed[#failed + 1] = i
+  else
+    redis.call('UNLINK', key)
+    if ARGV[2 * i] ~= '' then redis.call('ZREM', KEYS[n + i], ARGV[2 * i]) end
+  end
 end
 return failed
 """
 )
-"""Conditional delete of one slot group, key by key."""
+"""Conditional delete of one slot group, key by key, with their index members."""
+
+LIST = LuaScript(
+    """#!lua
+-- KEYS[1]: a group's index; ARGV: the range's lower and upper bound (ZRANGEBYLEX syntax) and
+-- how many members to look at. Reply: how many were looked at, the last of them, then the
+-- members whose keys exist (the others, expired, leave the index).
+"""
+    + _KEY_OF
+    + """
+local index = KEYS[1]
+local members = redis.call('ZRANGEBYLEX', index, ARGV[1], ARGV[2], 'LIMIT', 0, ARGV[3])
+local reply = {#members, members[#members] or ''}
+for _, member in ipairs(members) do
+  if redis.call('EXISTS', key_of(index, member)) == 1 then
+    reply[#reply + 1] = member
+  else
+    redis.call('ZREM', index, member)
+  end
+end
+return reply
+"""
+)
+"""One page of a group's index under a prefix: the keys that exist, the expired ones dropped."""

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .._base import Storage, WriteGroup, missing_write_group
+from .._base import PrefixGroups, Storage, WriteGroup, missing_write_group
 from .._envelope import unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
@@ -30,8 +30,8 @@ from .._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, remainin
 from .._keys import KEYS_REMEMBERED
 from .._options import UrlOptions, count, seconds
 from . import direct
-from .layout import KeyLayout
-from .scripts import DELETE, READ, WRITE, LuaScript, split_stored
+from .layout import KeyLayout, Place
+from .scripts import DELETE, LIST, READ, WRITE, LuaScript, split_stored
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds to connect or to wait for a reply before a call fails with StorageUnavailableError."""
@@ -46,6 +46,8 @@ _CHOICES = {"protocol": ("2", "3"), "ssl_cert_reqs": ("none", "optional", "requi
 _PLAIN_REFUSED = {name: "needs a rediss:// (TLS) URL" for name in _TLS}
 _DATABASE = re.compile(r"/?([0-9]*)", re.ASCII)
 _SCAN_COUNT = 1000
+_INDEX_PAGE = 1000
+"""Index members one list step looks at."""
 _ERRORS = ErrorMap(
     [Rule((RedisError, RedisClusterException, OSError, asyncio.TimeoutError), Meaning.UNAVAILABLE)],
     describe=str,
@@ -92,7 +94,11 @@ class RedisStorage(Storage):
         self.atomic_batches = not self.cluster
         self.atomic_groups = True
         self.layout = KeyLayout(self.group_of, namespace)
-        self._place: Callable[[str], bytes] = lru_cache(maxsize=KEYS_REMEMBERED)(self._place_of)
+        self._place: Callable[[str], Place] = lru_cache(maxsize=KEYS_REMEMBERED)(self.layout.place)
+        """`layout.place`, remembered per key, so a turn's keys are not built again."""
+        self._prefix_group = (
+            self.write_group.prefix_group if isinstance(self.write_group, PrefixGroups) else None
+        )
         self._owns_client = owns_client
         self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
@@ -214,16 +220,16 @@ class RedisStorage(Storage):
         calls, now = [], time.time()
         for group in groups:
             args: list[str | bytes] = ["1"]  # one script per slot: all-or-nothing
-            for key, _ in group:
+            for key, place in group:
                 write = by_key[key]
                 expected = "" if write.expected is None else write.expected
                 if write.check_only:
-                    args += [expected, "check", b""]
+                    args += [expected, "check", b"", b""]
                     continue
                 ttl_ms = str(max(1, round(write.ttl * 1000))) if write.ttl is not None else "0"
                 expires = now + write.ttl if write.ttl is not None else None
-                args += [expected, ttl_ms, wrap(key, write.data, expires_at=expires)]
-            calls.append((_redis_keys(group), args))
+                args += [expected, ttl_ms, wrap(key, write.data, expires_at=expires), place.member]
+            calls.append((_indexed_keys(group), args))
         replies = await self._run(WRITE, calls, "write")
         wrong: FormatError | None = None
         for group, reply in zip(groups, replies, strict=True):
@@ -243,7 +249,11 @@ class RedisStorage(Storage):
     async def _delete(self, keys: list[str], if_match: dict[str, str], outcomes: Outcomes) -> None:
         groups = self._groups(keys)
         calls = [
-            (_redis_keys(group), [if_match.get(key, ANY) for key, _ in group]) for group in groups
+            (
+                _indexed_keys(group),
+                [arg for key, place in group for arg in (if_match.get(key, ANY), place.member)],
+            )
+            for group in groups
         ]
         replies = await self._run(DELETE, calls, "delete")
         _raise_first_error(replies, "delete")
@@ -251,7 +261,32 @@ class RedisStorage(Storage):
             for position in reply:
                 outcomes[group[position - 1][0]] = CONFLICT
 
-    async def _list(self, prefix: str) -> AsyncIterator[str]:
+    def _list(self, prefix: str) -> AsyncIterator[str]:
+        group = self._prefix_group(prefix) if self._prefix_group is not None else None
+        if group is not None and prefix.startswith(group + "/"):
+            return self._indexed(group, prefix)
+        return self._scanned(prefix)
+
+    async def _indexed(self, group: str, prefix: str) -> AsyncIterator[str]:
+        """The keys under `prefix`, all in `group`, from a range of the group's index: work in
+        proportion to those keys, whatever else the store holds."""
+        index, start, end = self.layout.index_range(group, prefix)
+        base = self.layout.group_base(group).encode()
+        while True:
+            async with self._connection():  # per step: a caller may await us in between
+                [reply] = await self._run(LIST, [([index], [start, end, _INDEX_PAGE])], "list")
+            _raise_first_error([reply], "list")
+            looked_at, last, *members = reply
+            for member in members:
+                key = self.layout.storage_key(base + member)
+                if key is not None:
+                    yield key
+            if looked_at < _INDEX_PAGE:
+                return
+            start = b"(" + last
+
+    async def _scanned(self, prefix: str) -> AsyncIterator[str]:
+        """The keys under `prefix` by `SCAN`: a walk of the whole keyspace (of every node)."""
         seen: set[str] = set()  # SCAN may return a key twice
         with _unavailable("list"):
             redis_keys = aiter(
@@ -272,21 +307,16 @@ class RedisStorage(Storage):
             with _unavailable("close"):
                 await self.client.aclose()
 
-    def _groups(self, keys: list[str]) -> list[list[tuple[str, bytes]]]:
-        """Pair keys with their Redis keys, split by cluster slot (one group if standalone)."""
+    def _groups(self, keys: list[str]) -> list[list[tuple[str, Place]]]:
+        """Pair keys with their places, split by cluster slot (one group if standalone)."""
         place = self._place
         pairs = [(key, place(key)) for key in keys]
         if not self.cluster:
             return [pairs]
-        by_slot: dict[int, list[tuple[str, bytes]]] = defaultdict(list)
+        by_slot: dict[int, list[tuple[str, Place]]] = defaultdict(list)
         for pair in pairs:
-            by_slot[key_slot(pair[1])].append(pair)
+            by_slot[key_slot(pair[1].redis_key)].append(pair)
         return list(by_slot.values())
-
-    def _place_of(self, key: str) -> bytes:
-        """`layout.redis_key(key)` encoded as redis-py sends it (remembered per key in `_place`,
-        so a turn's keys are neither built nor encoded again)."""
-        return self.layout.redis_key(key).encode()
 
     async def _run(
         self, script: LuaScript, calls: list[tuple[list[bytes], list[Any]]], action: str
@@ -381,8 +411,13 @@ def _raise_first_error(replies: list[Any], action: str) -> None:
                 raise reply
 
 
-def _redis_keys(group: list[tuple[str, bytes]]) -> list[bytes]:
-    return [redis_key for _, redis_key in group]
+def _redis_keys(group: list[tuple[str, Place]]) -> list[bytes]:
+    return [place.redis_key for _, place in group]
+
+
+def _indexed_keys(group: list[tuple[str, Place]]) -> list[bytes]:
+    """The group's Redis keys, then the index of each (as the write and delete scripts take)."""
+    return [place.redis_key for _, place in group] + [place.index for _, place in group]
 
 
 def _text(value: bytes | str) -> str:

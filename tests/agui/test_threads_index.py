@@ -156,7 +156,7 @@ def test_index_keys_are_the_users_own_and_parse_back() -> None:
         record="12",
     )  # fmt: skip
     assert parse_key(thread_index_key(root, None, 0), namespace="ns").kind == "agui_thread_page"
-    assert write_group(page) == page and write_group(head) == head  # the user's, not a thread's
+    assert write_group(page) == root == write_group(head)  # the user's, not a thread's
     for bad in (-1, 1.5, True):
         with pytest.raises(InvalidKeyError):
             thread_index_key(root, None, bad)  # type: ignore[arg-type]

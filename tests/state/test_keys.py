@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from urllib.parse import quote
 
 import pytest
@@ -164,7 +166,32 @@ def write_group_of(parsed: ParsedKey, key: str) -> str:
         return conversation_key(
             parsed.channel or "", parsed.conversation, namespace=parsed.namespace
         )
+    if parsed.scope == "user":
+        return user_key(parsed.channel or "", parsed.user or "", namespace=parsed.namespace)
     return key
+
+
+def test_a_prefix_group_is_the_group_of_every_key_under_the_prefix() -> None:
+    """Every key of up to six segments drawn from the rule's words, and every prefix of it:
+    where `prefix_group` names a group, it is the key's `write_group`; the prefixes forget
+    and retention list (a user's records, a session's) do name one."""
+    words = ("ch", "users", "conversations", "")
+    named = 0
+    for length in range(1, 7):
+        for parts in itertools.product(words, repeat=length):
+            key = "/".join(parts)
+            for end in range(len(key) + 1):
+                group = write_group.prefix_group(key[:end])
+                if group is not None:
+                    named += 1
+                    assert write_group(key) == group, (key, end)
+                    assert key[:end].startswith(group + "/")
+    assert named > 1000
+    user, session = user_key("ch", "u", namespace="ns"), session_key("ch", "c", "u")
+    assert write_group.prefix_group(user + "/") == user == write_group(user + "/sessions/c")
+    assert write_group.prefix_group(session + "/") == conversation_key("ch", "c")
+    assert write_group.prefix_group(user) is None  # `ns/ch/users/u2` is another user's key
+    assert write_group.prefix_group("") is None
 
 
 async def test_parse_key_reads_every_key_the_library_writes() -> None:
