@@ -129,6 +129,10 @@ class Storage(ABC):
     partition key): built without `write_group`, the storage raises `StorageConfigError`
     rather than pick one that other clients of the store may not share."""
 
+    indexes_groups: bool = False
+    """True where the store indexes each write group's keys in the writes themselves (Redis):
+    `agent_state.regroup` writes again the documents of a store written before it did."""
+
     _closed: bool = False
 
     def __init__(

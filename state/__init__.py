@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     )
     from ._events import add_event_listener
     from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
+    from ._regroup import RegroupReport, earlier_write_group, regroup
     from ._history import History, HistoryError, check_message
     from ._ids import TurnIds
     from ._keys import (
@@ -143,6 +144,9 @@ _HOMES = {
     "export_store": "._backup",
     "export_user": "._forget",
     "forget_user": "._forget",
+    "regroup": "._regroup",
+    "RegroupReport": "._regroup",
+    "earlier_write_group": "._regroup",
     "import_store": "._backup",
     "list_conversations": "._background",
     "list_users": "._background",
@@ -224,6 +228,9 @@ __all__ = [
     "export_store",
     "export_user",
     "forget_user",
+    "regroup",
+    "RegroupReport",
+    "earlier_write_group",
     "import_store",
     "list_conversations",
     "list_users",

@@ -34,7 +34,7 @@ PUBLIC_MODULES = {
         "unescape_segment", "user_key", "write_group",
         "BackupReport", "RestoreReport", "IncompleteExportError", "UnlistableStoreError",
         "export_store", "import_store", "UnknownUserError", "UserDataReport", "export_user",
-        "forget_user",
+        "forget_user", "regroup", "RegroupReport", "earlier_write_group",
     ],
     "agent_state.backends": [
         "ANY", "BlobStorage", "CONFLICT", "ConflictError", "CosmosStorage", "Envelope",

@@ -75,6 +75,7 @@ class RedisStorage(Storage):
     """Redis keeps an expiry as a signed 64-bit Unix time in ms: about 285 million years."""
 
     needs_write_group = True
+    indexes_groups = True
 
     def __init__(
         self,

@@ -32,6 +32,7 @@ COMMANDS = (
     "_export",
     "_import",
     "_forget_user",
+    "_regroup",
     "_import_m365",
     "_doctor",
     "_serve",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -26,14 +26,15 @@ class Options:
     store: str | None
 
 
-def open_store(ctx: click.Context) -> Storage:
-    """The store named by `--store` (or $AGENT_STATE_URL), opened; the caller closes it."""
+def open_store(ctx: click.Context, **storage_options: Any) -> Storage:
+    """The store named by `--store` (or $AGENT_STATE_URL), opened (with `open_storage`'s
+    `storage_options`); the caller closes it."""
     options = ctx.find_object(Options)
     url = options.store if options is not None else None
     if not url:
         raise CommandError("no store given: pass --store URL or set AGENT_STATE_URL")
     try:
-        return open_storage(url)
+        return open_storage(url, **storage_options)
     except ImportError as exc:
         scheme = url.split("://", 1)[0]
         raise CommandError(
