@@ -8,6 +8,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -62,6 +63,21 @@ def server(command: list[str], port: int, name: str, timeout: float = 15.0) -> I
     finally:
         process.terminate()
         process.wait(10)
+
+
+@contextmanager
+def redis_server(url: str | None = None) -> Iterator[str]:
+    """`url` when given; else a throwaway redis-server on a free loopback port, stopped by its
+    PID when the block ends."""
+    if url:
+        yield url
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
+        command += ["--appendonly", "no", "--dir", folder]
+        with server(command, port, "redis-server"):
+            yield f"redis://127.0.0.1:{port}/0"
 
 
 def message(i: int) -> Activity:

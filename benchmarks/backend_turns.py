@@ -36,13 +36,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
-from _support import free_port, keep_evidence, message, server, unapplied, wire_of
+from _support import keep_evidence, message, redis_server, unapplied, wire_of
 from redis.asyncio import Redis
 
 from agent_state import (
@@ -197,17 +196,6 @@ def redis_floor(raw: Redis, prefix: str, changes: bool, ids: bool) -> Turn:
     return turn
 
 
-@contextmanager
-def private_redis() -> Iterator[str]:
-    """A throwaway redis-server on a free loopback port, stopped by its PID."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as directory:
-        command = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
-        command += ["--appendonly", "no", "--dir", directory]
-        with server(command, port, "redis-server"):
-            yield f"redis://127.0.0.1:{port}/0"
-
-
 # --- driver ---------------------------------------------------------------------------------
 
 
@@ -222,9 +210,7 @@ async def measure(turn: Turn, seconds: float, start: int) -> tuple[float, int]:
 
 def run_on(redis_url: str | None, rounds: int, round_seconds: float) -> bool:
     """`run` on the Redis at `redis_url`, or on a private server when it is None."""
-    if redis_url:
-        return asyncio.run(run(redis_url, rounds, round_seconds))
-    with private_redis() as url:
+    with redis_server(redis_url) as url:
         return asyncio.run(run(url, rounds, round_seconds))
 
 

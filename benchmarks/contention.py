@@ -41,12 +41,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _support import free_port, server
+from _support import redis_server
 
 from agent_state import AgentApplication, TurnContext, TurnState, conversation_key, open_storage
 from agent_state.backends import Storage
@@ -181,19 +180,6 @@ async def _count(storage: Storage) -> int:
     value = (await storage.read([key]))[key].value
     await storage.close()
     return int(value["count"])
-
-
-@contextmanager
-def redis_server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    port = free_port()
-    with tempfile.TemporaryDirectory() as folder:
-        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-        command += ["--appendonly", "no", "--dir", folder]
-        with server(command, port, "redis-server"):
-            yield f"redis://127.0.0.1:{port}/0"
 
 
 def backends(redis_url: str, folder: str) -> dict[str, Callable[[], str]]:

@@ -4,10 +4,13 @@ constant memory.
 Forget: one user with 10 sessions (each made by a real turn: user, conversation and session
 buckets, history, the delivery record of the reply, the user's index entry) among 2,000 and
 among 20,000 other users (each seeded through the storage API: user bucket, session bucket,
-index entry), on MemoryStorage and FileStorage. Printed: the user's own documents, keys
-listed and read by `forget_user`, that count over the user's documents (target <= 3x), the
-ratio between the two sizes (target <= 1.2x), and whether a raw scan of the store after the
-forget finds the user's id or any text they sent (target: no).
+index entry), on MemoryStorage, FileStorage and Redis: with today's write groups (a user's
+records in one group, listed from its index) and with 0.1.0's (listed by `SCAN`, what an
+un-regrouped store does). Printed: the user's own documents, keys listed and read by
+`forget_user`, that count over the user's documents (target <= 3x), the ratio between the two
+sizes (target <= 1.2x), the `SCAN` steps the Redis server ran (each walks up to 1,000 keys of
+the whole keyspace), the forget's time and its ratio between the two sizes, and whether a raw
+scan of the store after the forget finds the user's id or any text they sent (target: no).
 
 Backup: `export_store` of 10,000, 100,000 and 200,000 documents of a MemoryStorage to a file
 (tracemalloc's peak during the export; the source's documents were stored before tracing
@@ -22,38 +25,48 @@ emptied or evicted when full; most of the ~2 MB) and the rows compare what the i
 beside them: a batch of 100 documents. Target: the peak at 100,000 within 1.5x of the peak
 at 10,000 (200,000 shows the trend). The export's peak holds the same caches.
 
-Run: .venv/bin/python benchmarks/lifecycle.py
+Run: .venv/bin/python benchmarks/lifecycle.py [--redis-url URL] (default $AGENT_STATE_REDIS_URL;
+without either it starts a private redis-server, so the keyspace is the benchmark's own)
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
+import os
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from _support import redis_server
 
 from agent_state import (
     AgentApplication,
     TurnContext,
     TurnState,
+    earlier_write_group,
     export_store,
     forget_user,
     import_store,
     session_key,
     user_key,
+    write_group,
 )
 from agent_state.backends import (
     FileStorage,
     MemoryStorage,
     Outcomes,
     PreparedWrite,
+    RedisStorage,
     Storage,
     StoreItem,
+    WriteGroup,
 )
 from agent_state.backends._keys import KEYS_REMEMBERED
 
@@ -118,36 +131,83 @@ async def seed_others(storage: Storage, users: int) -> None:
         await asyncio.gather(*(storage.write(w) for w in writes[start : start + AT_ONCE]))
 
 
-async def forget_row(storage: Storage, others: int) -> tuple[int, int, int, bool]:
-    """Seed, forget the user; (their documents, keys listed, keys read, anything left)."""
+async def forget_row(storage: Storage, others: int) -> Forgot:
+    """Seed, forget the user; what it cost and whether anything of theirs is left."""
     await seed_others(storage, others)
     app = application(storage)
     texts = [f"private words {n}" for n in range(SESSIONS)]
     for n, text in enumerate(texts):
         await app.process(activity("target-user", f"tc-{n}", text))
+    scans = await scan_steps(storage)
+    started = time.perf_counter()
     report = await forget_user(storage, CHANNEL, "target-user")
+    seconds = time.perf_counter() - started
+    scans = await scan_steps(storage) - scans
     left = await leftovers(storage, "target-user", texts)
-    return report.documents, report.listed, report.read, left
+    return Forgot(report.documents, report.listed, report.read, scans, seconds, left)
 
 
-async def forget_table() -> None:
+@dataclass
+class Forgot:
+    own: int
+    listed: int
+    read: int
+    scans: int
+    """`SCAN` steps the Redis server ran (each walks up to 1,000 keys of the whole keyspace)."""
+    seconds: float
+    left: bool
+
+
+async def scan_steps(storage: Storage) -> int:
+    """How many `SCAN` commands the Redis server behind `storage` has run (0 elsewhere)."""
+    if not isinstance(storage, RedisStorage):
+        return 0
+    stats = await storage.client.info("commandstats")
+    return int(stats.get("cmdstat_scan", {}).get("calls", 0))
+
+
+def stores(redis_url: str, folder: str) -> dict[str, Callable[[], Storage]]:
+    """Each row's store, fresh: on Redis a new namespace, with today's write groups (a user's
+    records in one group, listed from its index) and with 0.1.0's (listed by `SCAN`)."""
+
+    def redis(groups: WriteGroup) -> Callable[[], Storage]:
+        return lambda: RedisStorage.from_url(
+            redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}", write_group=groups
+        )
+
+    return {
+        "memory": MemoryStorage,
+        "file": lambda: FileStorage(Path(tempfile.mkdtemp(dir=folder))),
+        "redis": redis(write_group),
+        "redis 0.1.0 groups": redis(earlier_write_group),
+    }
+
+
+async def forget_table(redis_url: str) -> None:
     print("forget one user with 10 sessions")
-    print(f"{'store':<8}{'others':>8}{'own docs':>10}{'listed':>8}{'read':>6}"
-          f"{'x own':>7}{'x 2,000':>9}  left after")  # fmt: skip
-    for name in ("memory", "file"):
-        base = 0
-        for others in SIZES:
-            with tempfile.TemporaryDirectory() as folder:
-                storage: Storage = (
-                    MemoryStorage() if name == "memory" else FileStorage(Path(folder) / "s")
-                )
-                async with storage:
-                    own, listed, read, left = await forget_row(storage, others)
-            work = listed + read
-            base = base or work
-            found = "user id or text found" if left else "nothing"
-            print(f"{name:<8}{others:>8,}{own:>10}{listed:>8}{read:>6}{work / own:>7.2f}"
-                  f"{work / base:>9.2f}  {found}")  # fmt: skip
+    print(f"{'store':<20}{'others':>8}{'own docs':>10}{'listed':>8}{'read':>6}{'x own':>7}"
+          f"{'x 2,000':>9}{'SCAN steps':>12}{'ms':>8}{'ms x 2,000':>12}  left after")  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        for name, opened in stores(redis_url, folder).items():
+            base: Forgot | None = None
+            for others in SIZES:
+                async with opened() as storage:
+                    row = await forget_row(storage, others)
+                    if isinstance(storage, RedisStorage):
+                        await forget_namespace(storage)
+                work = row.listed + row.read
+                base = base or row
+                found = "user id or text found" if row.left else "nothing"
+                print(f"{name:<20}{others:>8,}{row.own:>10}{row.listed:>8}{row.read:>6}"
+                      f"{work / row.own:>7.2f}{work / (base.listed + base.read):>9.2f}"
+                      f"{row.scans:>12}{row.seconds * 1000:>8.1f}"
+                      f"{row.seconds / base.seconds:>12.2f}  {found}")  # fmt: skip
+
+
+async def forget_namespace(storage: RedisStorage) -> None:
+    """Delete every Redis key of the storage's namespace."""
+    async for redis_key in storage.client.scan_iter(match=f"{storage.layout.prefix}*", count=1000):
+        await storage.client.unlink(redis_key)
 
 
 class CountingStorage(Storage):
@@ -252,10 +312,14 @@ async def backup_table() -> None:
               f"import {i2 / i1:.2f}x (target <= 1.5x)")  # fmt: skip
 
 
-async def main() -> None:
-    await forget_table()
-    await backup_table()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--redis-url", default=os.environ.get("AGENT_STATE_REDIS_URL"))
+    args = parser.parse_args()
+    with redis_server(args.redis_url) as redis_url:
+        asyncio.run(forget_table(redis_url))
+    asyncio.run(backup_table())
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     )
     from ._events import add_event_listener
     from ._forget import UnknownUserError, UserDataReport, export_user, forget_user
-    from ._regroup import RegroupReport, earlier_write_group, regroup
     from ._history import History, HistoryError, check_message
     from ._ids import TurnIds
     from ._keys import (
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
     from ._plan import Scopes
     from ._queue import TurnQueues
     from ._registry import open_storage
+    from ._regroup import RegroupReport, earlier_write_group, regroup
     from ._runs import (
         Run,
         RunConflictError,

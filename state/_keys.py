@@ -9,7 +9,7 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 
 | kind            | key                                        | write group          |
 |-----------------|--------------------------------------------|----------------------|
-| user            | `N/{channel}/users/{user}`                 | the key itself       |
+| user            | `N/{channel}/users/{user}`                 | `U`                  |
 | conversation    | `C`                                        | `C`                  |
 | session         | `C/users/{user}`                           | `C`                  |
 |                 | `C/users/{user}/agents/{app_name}`         | `C`                  |
@@ -21,21 +21,22 @@ the namespace, if any, `C` = `N/{channel}/conversations/{conversation}`, `S` = `
 | agui_owner      | `C/agui-owner`, `C/agui-owner/{app_name}`  | `C`                  |
 | agui_sent       | `S/agui`                                   | `C`                  |
 | agui_thread     | `S/agui-thread`                            | `C`                  |
-| user_session    | `N/{channel}/users/{user}/sessions/{conv}` | the key itself       |
-| user_forgetting | `N/{channel}/users/{user}/forgetting`      | the key itself       |
-| agui_threads    | `U/agui-threads`, `U/agui-threads/{app}`   | the key itself       |
-| agui_thread_page| `U/agui-thread-pages[/{app}]/{n}`          | the key itself       |
+| user_session    | `N/{channel}/users/{user}/sessions/{conv}` | `U`                  |
+| user_forgetting | `N/{channel}/users/{user}/forgetting`      | `U`                  |
+| agui_threads    | `U/agui-threads`, `U/agui-threads/{app}`   | `U`                  |
+| agui_thread_page| `U/agui-thread-pages[/{app}]/{n}`          | `U`                  |
 
-So a turn's conversation, session and every record it writes beside them commit in one
-write group (one Redis slot, one Cosmos DB partition). The evidence of processed activities
-has no key of its own: it travels inside a bucket the turn writes (`state/_delivery.py`).
-The per-user index (`user_session`, one per conversation the user has a session in) is
-written in the same all-or-nothing batch
-as the session bucket, history head or AG-UI document that starts a session
-(`session_index_key`), so `forget_user` finds a user's sessions by listing the user's own
-keys; `user_forgetting` marks a forget under way until it is done (see `state/_forget.py`).
-`U` = `N/{channel}/users/{user}`; `agui_threads` is the head of a user's AG-UI thread index
-of one agent (newest first, `state/agui/_thread_index.py`), `agui_thread_page` its older pages.
+So a turn's conversation, session and every record it writes beside them commit in one write
+group (one Redis slot, one Cosmos DB partition), and a user's own records lie in the user's
+(`U` = `N/{channel}/users/{user}`; in 0.1.0 each was its own: `state/_regroup.py`). The
+evidence of processed activities has no key of its own: it travels inside a bucket the turn
+writes (`state/_delivery.py`). The per-user index (`user_session`, one per conversation the
+user has a session in) is written in the same all-or-nothing batch as the session bucket,
+history head or AG-UI document that starts a session (`session_index_key`), so `forget_user`
+finds a user's sessions by listing the user's own keys; `user_forgetting` marks a forget under
+way until it is done (see `state/_forget.py`). `U` = `N/{channel}/users/{user}`; `agui_threads`
+is the head of a user's AG-UI thread index of one agent (newest first,
+`state/agui/_thread_index.py`), `agui_thread_page` its older pages.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class Place(NamedTuple):
     (empty for the group's own key, which is not indexed)."""
 
     redis_key: bytes
-    index: bytes
+    index_key: bytes
     member: bytes
 
 

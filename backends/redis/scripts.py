@@ -84,8 +84,9 @@ end
 """
 """Lua shared by the scripts that read a group's index (see `layout`)."""
 
-_INDEXED = """-- Drop up to two members whose keys are gone (expired): a member is added no more often than
--- a key is created, so the index holds at most about as many stale members as live ones.
+_INDEXED = """
+-- Drop up to two members whose keys are gone (expired): a member is added no more often
+-- than a key is created, so the index holds about as many stale members as live ones at most.
 local function prune(index)
   for _, member in ipairs(redis.call('ZRANDMEMBER', index, 2)) do
     if redis.call('EXISTS', key_of(index, member)) == 0 then redis.call('ZREM', index, member) end

@@ -418,7 +418,7 @@ def _redis_keys(group: list[tuple[str, Place]]) -> list[bytes]:
 
 def _indexed_keys(group: list[tuple[str, Place]]) -> list[bytes]:
     """The group's Redis keys, then the index of each (as the write and delete scripts take)."""
-    return [place.redis_key for _, place in group] + [place.index for _, place in group]
+    return [place.redis_key for _, place in group] + [place.index_key for _, place in group]
 
 
 def _text(value: bytes | str) -> str:

@@ -20,9 +20,10 @@ def command(ctx: click.Context, prefix: str) -> None:
     upgrading, with no writer of the store up; running it again finishes an interrupted run."""
 
     async def main() -> RegroupReport:
-        async with open_store(ctx) as storage, open_store(
-            ctx, write_group=earlier_write_group
-        ) as earlier:
+        async with (
+            open_store(ctx) as storage,
+            open_store(ctx, write_group=earlier_write_group) as earlier,
+        ):
             return await regroup(storage, earlier, prefix=prefix, progress=progress)
 
     with counting("looked at") as progress:

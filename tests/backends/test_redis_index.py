@@ -14,7 +14,7 @@ SESSION = session_key("ch", "c", "u")
 
 
 def index_of(storage: RedisStorage, key: str) -> bytes:
-    return storage.layout.place(key).index
+    return storage.layout.place(key).index_key
 
 
 async def listed(storage: RedisStorage, prefix: str) -> list[str]:
@@ -43,7 +43,9 @@ async def test_a_users_keys_are_listed_in_one_round_trip_among_thousands(
     for prefix, expected in ((f"{USER}/", own), (f"{SESSION}/", session)):
         before = round_trips.count
         assert await listed(either, prefix) == sorted(expected)
-        assert round_trips.count - before == 1  # one script; a scan takes a step per 1,000 keys
+        # one script call (and its source once more if another test flushed the server's
+        # scripts meanwhile); a scan takes a round trip per 1,000 keys of the keyspace
+        assert round_trips.count - before <= 2
         assert await scanned(either, prefix) == sorted(expected)
     before = round_trips.count
     assert len(await listed(either, "ch/users/")) == 3000 + 1 + len(own)  # spans groups: a scan
@@ -68,7 +70,9 @@ async def test_the_index_lives_as_long_as_its_longest_lived_key(
     assert 0 < await either.client.pttl(index) <= 100_000
     await either.write({f"{USER}/b": StoreItem({})}, ttl=1000)
     assert 100_000 < await either.client.pttl(index) <= 1_000_000
-    await either.write({f"{USER}/a": StoreItem({}, "*")}, ttl=50)  # a shorter TTL does not shorten it
+    await either.write(
+        {f"{USER}/a": StoreItem({}, "*")}, ttl=50
+    )  # a shorter TTL does not shorten it
     assert 100_000 < await either.client.pttl(index) <= 1_000_000
     await either.write({f"{USER}/c": StoreItem({})})
     assert await either.client.pttl(index) == -1  # a key without a TTL: the index keeps

@@ -82,7 +82,7 @@ async def test_regroup_brings_every_document_to_its_group_now(
     )
     again = await regroup(storage, earlier)
     assert again.moved == 0 and (await storage.read(list(before))).keys() == after.keys()
-    report = await forget_user(storage, CHANNEL, "ada")
+    await forget_user(storage, CHANNEL, "ada")
     assert [key async for key in storage.list(user_key(CHANNEL, "ada"))] == []
 
 
