@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from ._base import Storage, WriteGroup, expired
+from ._base import PrefixGroups, Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
@@ -69,6 +69,9 @@ class MemoryStorage(Storage):
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
         self._clock = clock
+        self._groups: dict[str, set[str]] | None = None
+        """The keys of each write group but the group's own, built by the first listing of a
+        prefix inside one group (`write_group.prefix_group`) and kept from then on."""
 
     @classmethod
     def from_url(
@@ -102,6 +105,8 @@ class MemoryStorage(Storage):
         """Store envelope bytes at `key` unchecked, as a foreign writer would (for tests)."""
         with self._lock:
             self._entries[key] = _Entry(f"raw-{next(self._versions)}", None, raw=raw)
+            if self._groups is not None:
+                self._grouped(self._groups, key)
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         now, entries = self._clock(), self._entries
@@ -111,7 +116,7 @@ class MemoryStorage(Storage):
                 entry = entries.get(key)
                 if entry is not None:
                     if entry.expires_at is not None and now >= entry.expires_at:
-                        del entries[key]
+                        self._drop(key)
                     else:
                         found.append((key, entry))
         items = {}
@@ -134,7 +139,7 @@ class MemoryStorage(Storage):
                 etag = None
                 if current is not None:
                     if current.expires_at is not None and now >= current.expires_at:
-                        del entries[write.key]
+                        self._drop(write.key)
                     else:
                         etag = current.etag
                 expected = write.expected
@@ -143,9 +148,12 @@ class MemoryStorage(Storage):
                     failed = True
             if failed:
                 return
+            groups = self._groups
             for write in writes:
                 if write.check_only:
                     continue
+                if groups is not None and write.key not in entries:
+                    self._grouped(groups, write.key)
                 etag = str(next(self._versions))
                 expires_at = None
                 if write.ttl is not None:
@@ -166,11 +174,18 @@ class MemoryStorage(Storage):
                 if key in if_match and not precondition_holds(if_match[key], etag):
                     outcomes[key] = CONFLICT
                 elif current is not None:
-                    del self._entries[key]
+                    self._drop(key)
 
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         """The keys in key order, a page at a time: a listing never holds a copy of every
-        key (a store-wide export runs in constant memory)."""
+        key (a store-wide export runs in constant memory). A prefix inside one write group
+        is listed from that group's keys alone."""
+        rule = self.write_group
+        group = rule.prefix_group(prefix) if isinstance(rule, PrefixGroups) else None
+        if group is not None and prefix.startswith(group + "/"):
+            for key in self._group_keys(group, prefix):
+                yield key
+            return
         after = ""
         while True:
             now = self._clock()
@@ -187,6 +202,22 @@ class MemoryStorage(Storage):
                 return
             after = page[-1]
 
+    def _group_keys(self, group: str, prefix: str) -> list[str]:
+        """The live keys under `prefix` in `group`, in key order (the group's keys indexed
+        first if no listing did yet)."""
+        now = self._clock()
+        with self._lock:
+            groups = self._groups
+            if groups is None:
+                groups = self._groups = {}
+                for key in self._entries:
+                    self._grouped(groups, key)
+            keys = groups.get(group, ())
+            return sorted(
+                key for key in keys
+                if key.startswith(prefix) and not expired(self._entries[key].expires_at, now)
+            )  # fmt: skip
+
     def _drop_expired(self, now: float, most: int) -> None:
         """Drop up to `most` expired documents, earliest first; rebuild the heap when it holds
         more than twice as many entries as there are documents (outdated ones, mostly)."""
@@ -197,7 +228,7 @@ class MemoryStorage(Storage):
             _, etag, key = heapq.heappop(expiries)
             entry = entries.get(key)
             if entry is not None and entry.etag == etag:
-                del entries[key]
+                self._drop(key)
         if len(expiries) > 2 * len(entries) + HEAP_SLACK:
             self._expiries = [
                 (entry.expires_at, entry.etag, key)
@@ -209,6 +240,23 @@ class MemoryStorage(Storage):
     def _live(self, key: str, now: float) -> _Entry | None:
         entry = self._entries.get(key)
         if entry is not None and expired(entry.expires_at, now):
-            del self._entries[key]
+            self._drop(key)
             return None
         return entry
+
+    def _drop(self, key: str) -> None:
+        """Remove a stored document (and its key from its group's keys)."""
+        del self._entries[key]
+        if self._groups is not None:
+            group = self.group_of(key)
+            keys = self._groups.get(group)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._groups[group]
+
+    def _grouped(self, groups: dict[str, set[str]], key: str) -> None:
+        """Add a new key to its group's keys (a group's own key is not kept there)."""
+        group = self.group_of(key)
+        if group != key:
+            groups.setdefault(group, set()).add(key)

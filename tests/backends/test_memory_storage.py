@@ -3,9 +3,11 @@ in compact bytes, so the store's memory follows its live data (an injected clock
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
-from agent_state.backends import MemoryStorage, StoreItem
+from agent_state import conversation_key, session_key, user_key, write_group
+from agent_state.backends import MemoryStorage, StoreItem, wrap
 
 DOCS = 5_000
 
@@ -83,3 +85,35 @@ async def test_rewritten_and_deleted_keys_leave_no_expiry_bookkeeping_behind() -
     print(f"{DOCS} rewrites and deletes: {grown} B")
     assert storage.document_count() == 1
     assert grown < 50_000  # not one expiry entry kept per write (10,000 of them)
+
+
+async def test_a_prefix_inside_one_group_lists_what_a_walk_of_every_key_lists() -> None:
+    """Random writes, rewrites, deletes, expiries and planted envelopes on a store that lists
+    a group's prefix from that group's keys, next to one that walks every key: after each
+    step both list the same keys under every prefix, before and after the first listing
+    builds the groups' keys."""
+    clock = [1000.0]
+    grouped = MemoryStorage(write_group=write_group, clock=lambda: clock[0])
+    walked = MemoryStorage(clock=lambda: clock[0])
+    users = [user_key("ch", f"u{i}") for i in range(3)]
+    sessions = [session_key("ch", f"c{i}", f"u{i}") for i in range(3)]
+    keys = [*users, *sessions, *(f"{u}/sessions/c{i}" for u in users for i in range(3))]
+    keys += [f"{s}/history/pages/{n}" for s in sessions for n in range(3)]
+    prefixes = [*(f"{u}/" for u in users), *(f"{s}/" for s in sessions), f"{sessions[0]}/history"]
+    prefixes += ["", "ch/users/", conversation_key("ch", "c1") + "/"]
+    steps = random.Random(27)
+    for step in range(600):
+        key, action, ttl = steps.choice(keys), steps.random(), steps.choice([None, 5.0])
+        for storage in (grouped, walked):
+            if action < 0.5:
+                await storage.write({key: StoreItem({"step": step}, "*")}, ttl=ttl)
+            elif action < 0.8:
+                await storage.delete([key])
+            elif action < 0.85:
+                storage.put_envelope(key, wrap(key, b'{"planted": 1}'))
+        if action >= 0.85:
+            clock[0] += 3
+        if step % 7 == 0 or step > 500:
+            for prefix in prefixes:
+                got = [k async for k in grouped.list(prefix)]
+                assert got == [k async for k in walked.list(prefix)], (step, prefix)
