@@ -44,5 +44,11 @@ def key_for_name(name: str) -> str | None:
     return _CODE.key(name, name_for_key)
 
 
+def name_stem(prefix: str) -> str:
+    """What the name of every key that starts with `prefix` starts with, unless the key's name
+    is hashed: the code spells a key character by character."""
+    return _encode(prefix)
+
+
 def _encode(key: str) -> str:
     return "".join(_CODE.words(key, escape_first="."))

@@ -53,7 +53,7 @@ from .._items import (
 from .._keys import KEYS_REMEMBERED, check_key
 from . import fileio
 from .filelock import StripedFileLocks
-from .filenames import is_hashed, key_for_name, name_for_key
+from .filenames import is_hashed, key_for_name, name_for_key, name_stem
 
 T = TypeVar("T")
 
@@ -199,8 +199,10 @@ class FileStorage(Storage):
         with unavailable(f"file storage: cannot list {self.root}", (OSError,)):
             candidates: dict[str, str | None] = {}  # file name -> key (None: read from the file)
             names = await aiofiles.os.listdir(self.root)
+            stem = name_stem(prefix)  # decode only the names that can hold such a key
             for name in names:
-                key = key_for_name(name)  # None for the store's own (dot) files and foreign ones
+                # None for the store's own (dot) files, foreign ones and the other keys' names
+                key = key_for_name(name) if name.startswith(stem) else None
                 if key.startswith(prefix) if key is not None else is_hashed(name):
                     candidates[name] = key
             await asyncio.to_thread(self._remove_orphan_temps, names)

@@ -614,3 +614,17 @@ async def test_a_write_or_delete_batch_hands_off_to_a_thread_once(
     await storage.delete(keys, if_match={keys[1]: etag})
     assert len(hand_offs) == 2
     assert await storage.read(keys) == {}
+
+
+async def test_a_listing_finds_every_key_under_its_prefix_and_no_other(tmp_path: Path) -> None:
+    """Keys with escaped characters (capitals, a leading dot, `%`, non-ASCII) and a key too long
+    for a name (hashed): every prefix of every key lists exactly the keys that start with it,
+    though a listing decodes only the names its prefix's spelling starts."""
+    storage = FileStorage(tmp_path)
+    keys = ["a/B/c", "a/b/c", "a/bé/x", ".d/e", "a/%2F/f", "A", "a/b", "z" * 300, "z" * 299 + "y"]
+    await storage.write({key: StoreItem({"k": key}) for key in keys})
+    for key in keys:
+        for end in range(len(key) + 1):
+            prefix = key[:end]
+            expected = sorted(k for k in keys if k.startswith(prefix))
+            assert [k async for k in storage.list(prefix)] == expected, prefix
