@@ -69,9 +69,12 @@ class MemoryStorage(Storage):
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
         self._clock = clock
-        self._groups: dict[str, set[str]] | None = None
-        """The keys of each write group but the group's own, built by the first listing of a
-        prefix inside one group (`write_group.prefix_group`) and kept from then on."""
+        self._groups: dict[str, set[str]] | None = (
+            {} if isinstance(self.write_group, PrefixGroups) else None
+        )
+        """The keys of each write group but the group's own, where the write group rule can
+        name the group of a prefix (`write_group.prefix_group`): a listing of such a prefix
+        looks at that group's keys alone."""
 
     @classmethod
     def from_url(
@@ -180,10 +183,10 @@ class MemoryStorage(Storage):
         """The keys in key order, a page at a time: a listing never holds a copy of every
         key (a store-wide export runs in constant memory). A prefix inside one write group
         is listed from that group's keys alone."""
-        rule = self.write_group
+        rule, groups = self.write_group, self._groups
         group = rule.prefix_group(prefix) if isinstance(rule, PrefixGroups) else None
-        if group is not None and prefix.startswith(group + "/"):
-            for key in self._group_keys(group, prefix):
+        if groups is not None and group is not None and prefix.startswith(group + "/"):
+            for key in self._group_keys(groups, group, prefix):
                 yield key
             return
         after = ""
@@ -202,16 +205,10 @@ class MemoryStorage(Storage):
                 return
             after = page[-1]
 
-    def _group_keys(self, group: str, prefix: str) -> list[str]:
-        """The live keys under `prefix` in `group`, in key order (the group's keys indexed
-        first if no listing did yet)."""
+    def _group_keys(self, groups: dict[str, set[str]], group: str, prefix: str) -> list[str]:
+        """The live keys under `prefix` in `group`, in key order."""
         now = self._clock()
         with self._lock:
-            groups = self._groups
-            if groups is None:
-                groups = self._groups = {}
-                for key in self._entries:
-                    self._grouped(groups, key)
             keys = groups.get(group, ())
             return sorted(
                 key for key in keys

@@ -90,8 +90,7 @@ async def test_rewritten_and_deleted_keys_leave_no_expiry_bookkeeping_behind() -
 async def test_a_prefix_inside_one_group_lists_what_a_walk_of_every_key_lists() -> None:
     """Random writes, rewrites, deletes, expiries and planted envelopes on a store that lists
     a group's prefix from that group's keys, next to one that walks every key: after each
-    step both list the same keys under every prefix, before and after the first listing
-    builds the groups' keys."""
+    step both list the same keys under every prefix."""
     clock = [1000.0]
     grouped = MemoryStorage(write_group=write_group, clock=lambda: clock[0])
     walked = MemoryStorage(clock=lambda: clock[0])
