@@ -146,6 +146,9 @@ class Storage(ABC):
         self.group_of: Callable[[str], str] = lru_cache(maxsize=KEYS_REMEMBERED)(self._group_of)
         """The write group of a (valid) key: `write_group(key)`, checked to be a run of the
         key's first segments (remembered per key, since it depends on the key alone)."""
+        self._prefix_group = (
+            self.write_group.prefix_group if isinstance(self.write_group, PrefixGroups) else None
+        )
         if max_document_bytes is not None:
             if type(max_document_bytes) is not int or max_document_bytes < 2:
                 raise InvalidValueError("max_document_bytes must be an int >= 2")
@@ -281,6 +284,15 @@ class Storage(ABC):
         if len(writes) == 1:
             return True
         return self.atomic_groups and len({write.group for write in writes}) == 1
+
+    def _group_under(self, prefix: str) -> str | None:
+        """The one write group every key under `prefix` lies in, below the group's own key
+        (the prefix starts with `group + "/"`), as the write group rule names it
+        (`PrefixGroups`); None when the rule does not, or the keys may lie in several."""
+        if self._prefix_group is None:
+            return None
+        group = self._prefix_group(prefix)
+        return group if group is not None and prefix.startswith(group + "/") else None
 
     def _group_of(self, key: str) -> str:
         group = self.write_group(key)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from ._base import PrefixGroups, Storage, WriteGroup, expired
+from ._base import Storage, WriteGroup, expired
 from ._envelope import unwrap, wrap
 from ._errors import StorageConfigError
 from ._items import ANY, CONFLICT, Outcomes, PreparedWrite, StoreItem, precondition_holds
@@ -69,9 +69,7 @@ class MemoryStorage(Storage):
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
         self._clock = clock
-        self._groups: dict[str, set[str]] | None = (
-            {} if isinstance(self.write_group, PrefixGroups) else None
-        )
+        self._groups: dict[str, set[str]] | None = {} if self._prefix_group is not None else None
         """The keys of each write group but the group's own, where the write group rule can
         name the group of a prefix (`write_group.prefix_group`): a listing of such a prefix
         looks at that group's keys alone."""
@@ -183,9 +181,8 @@ class MemoryStorage(Storage):
         """The keys in key order, a page at a time: a listing never holds a copy of every
         key (a store-wide export runs in constant memory). A prefix inside one write group
         is listed from that group's keys alone."""
-        rule, groups = self.write_group, self._groups
-        group = rule.prefix_group(prefix) if isinstance(rule, PrefixGroups) else None
-        if groups is not None and group is not None and prefix.startswith(group + "/"):
+        groups, group = self._groups, self._group_under(prefix)
+        if groups is not None and group is not None:
             for key in self._group_keys(groups, group, prefix):
                 yield key
             return

@@ -175,9 +175,9 @@ def stores(redis_url: str, folder: str) -> dict[str, Callable[[], Storage]]:
             redis_url, namespace=f"bench-{uuid.uuid4().hex[:8]}", write_group=groups
         )
 
-    return {
-        "memory": MemoryStorage,
-        "file": lambda: FileStorage(Path(tempfile.mkdtemp(dir=folder))),
+    return {  # each with the key scheme's write groups, as `open_storage` gives them
+        "memory": lambda: MemoryStorage(write_group=write_group),
+        "file": lambda: FileStorage(Path(tempfile.mkdtemp(dir=folder)), write_group=write_group),
         "redis": redis(write_group),
         "redis 0.1.0 groups": redis(earlier_write_group),
     }

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
 
-from .._base import PrefixGroups, Storage, WriteGroup, missing_write_group
+from .._base import Storage, WriteGroup, missing_write_group
 from .._envelope import unwrap, wrap
 from .._error_map import ErrorMap, Meaning, Rule, unavailable
 from .._errors import FormatError, StorageConfigError, StorageUnavailableError
@@ -97,9 +97,6 @@ class RedisStorage(Storage):
         self.layout = KeyLayout(self.group_of, namespace)
         self._place: Callable[[str], Place] = lru_cache(maxsize=KEYS_REMEMBERED)(self.layout.place)
         """`layout.place`, remembered per key, so a turn's keys are not built again."""
-        self._prefix_group = (
-            self.write_group.prefix_group if isinstance(self.write_group, PrefixGroups) else None
-        )
         self._owns_client = owns_client
         self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
@@ -263,8 +260,8 @@ class RedisStorage(Storage):
                 outcomes[group[position - 1][0]] = CONFLICT
 
     def _list(self, prefix: str) -> AsyncIterator[str]:
-        group = self._prefix_group(prefix) if self._prefix_group is not None else None
-        if group is not None and prefix.startswith(group + "/"):
+        group = self._group_under(prefix)
+        if group is not None:
             return self._indexed(group, prefix)
         return self._scanned(prefix)
 
