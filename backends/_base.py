@@ -54,8 +54,8 @@ partition). It must depend on the key alone: backends derive where a key lives f
 @runtime_checkable
 class PrefixGroups(Protocol):
     """A write group rule that can also name the one group of every key under a prefix
-    (`agent_state.write_group` can): a backend that indexes each group (Redis) lists such a
-    prefix from that group's index rather than scanning the store."""
+    (`agent_state.write_group` can): a backend that keeps each group's keys (Redis, memory)
+    lists such a prefix from them rather than walking the whole store."""
 
     def prefix_group(self, prefix: str) -> str | None:
         """The group of every key that starts with `prefix`; None when they may differ."""

@@ -54,8 +54,7 @@ class KeyLayout:
         """The Redis key holding a (valid) key's document, remembered per key."""
 
     def _redis_key(self, key: str) -> str:
-        group = self.group_of(key)
-        return f"{self.group_base(group)}{key[len(group) :].translate(_ESCAPE)}"
+        return self.place(key).redis_key.decode()
 
     def group_base(self, group: str) -> str:
         """`{namespace}:{{group}}`: what every Redis key of the group starts with."""

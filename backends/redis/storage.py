@@ -270,9 +270,8 @@ class RedisStorage(Storage):
         proportion to those keys, whatever else the store holds."""
         index, start, end = self.layout.index_range(group, prefix)
         base = self.layout.group_base(group).encode()
-        while True:
-            async with self._connection():  # per step: a caller may await us in between
-                [reply] = await self._run(LIST, [([index], [start, end, _INDEX_PAGE])], "list")
+        while True:  # `_run` holds a connection per step: a caller may await us in between
+            [reply] = await self._run(LIST, [([index], [start, end, _INDEX_PAGE])], "list")
             _raise_first_error([reply], "list")
             looked_at, last, *members = reply
             for member in members:
