@@ -497,22 +497,27 @@ def report_targets(measured: dict[str, dict[str, Result]]) -> bool:
     state_ids = measured[_scenario(False, True, False, True).name]
     m365, floor_name = "M365 Agents SDK", "floor"
 
-    def vs(results: dict[str, Result], other: str) -> float:
-        return results["agent-state"].ratio_to(results[other])
+    def vs(results: dict[str, Result], other: str, system: str = "agent-state") -> float:
+        return results[system].ratio_to(results[other])
 
     of_floor = 1 / vs(bot_ids, floor_name)  # our time per turn over the floor's
-    lines = [
-        ("small changed bot turn, ids: >= 10x the M365 SDK", vs(bot_ids, m365), 10.0, True),
-        ("small changed bot turn, no ids: >= 20x the M365 SDK", vs(bot, m365), 20.0, True),
-        ("small changed state-only turn, ids: >= 8x the M365 SDK", vs(state_ids, m365), 8.0, True),
-        ("small changed bot turn, ids: <= 3x the floor's time", of_floor, 3.0, False),
+    lines = [  # label, ours, target, at least, the floor's own ratio (None: not one to M365)
+        ("small changed bot turn, ids: >= 10x the M365 SDK", bot_ids, 10.0, True),
+        ("small changed bot turn, no ids: >= 20x the M365 SDK", bot, 20.0, True),
+        ("small changed state-only turn, ids: >= 8x the M365 SDK", state_ids, 8.0, True),
     ]
-    print("Targets (issue 23; ratios are medians of per-round ratios):")
+    print("Targets (issue 23; ratios are medians of per-round ratios; the floor's own ratio to")
+    print("the M365 SDK beside each: a target above it is out of reach of any turn that keeps")
+    print("the floor's guarantees):")
     all_met = True
-    for label, value, target, at_least in lines:
+    rows = [(label, vs(r, m365), target, at_least, vs(r, m365, floor_name))
+            for label, r, target, at_least in lines]  # fmt: skip
+    rows.append(("small changed bot turn, ids: <= 3x the floor's time", of_floor, 3.0, False, None))
+    for label, value, target, at_least, floor_ratio in rows:
         met = value >= target if at_least else value <= target
         all_met &= met
-        print(f"  {label:<58} {value:6.2f}x  {'met' if met else 'NOT met'}")
+        beside = f"  (floor {floor_ratio:.2f}x)" if floor_ratio is not None else ""
+        print(f"  {label:<58} {value:6.2f}x  {'met' if met else 'NOT met'}{beside}")
     return all_met
 
 
