@@ -501,7 +501,7 @@ def report_targets(measured: dict[str, dict[str, Result]]) -> bool:
         return results[system].ratio_to(results[other])
 
     of_floor = 1 / vs(bot_ids, floor_name)  # our time per turn over the floor's
-    lines = [  # label, ours, target, at least, the floor's own ratio (None: not one to M365)
+    lines = [  # label, the scenario's results, target, whether ours must be at least it
         ("small changed bot turn, ids: >= 10x the M365 SDK", bot_ids, 10.0, True),
         ("small changed bot turn, no ids: >= 20x the M365 SDK", bot, 20.0, True),
         ("small changed state-only turn, ids: >= 8x the M365 SDK", state_ids, 8.0, True),
@@ -510,8 +510,10 @@ def report_targets(measured: dict[str, dict[str, Result]]) -> bool:
     print("the M365 SDK beside each: a target above it is out of reach of any turn that keeps")
     print("the floor's guarantees):")
     all_met = True
-    rows = [(label, vs(r, m365), target, at_least, vs(r, m365, floor_name))
-            for label, r, target, at_least in lines]  # fmt: skip
+    rows: list[tuple[str, float, float, bool, float | None]] = [
+        (label, vs(r, m365), target, at_least, vs(r, m365, floor_name))
+        for label, r, target, at_least in lines
+    ]
     rows.append(("small changed bot turn, ids: <= 3x the floor's time", of_floor, 3.0, False, None))
     for label, value, target, at_least, floor_ratio in rows:
         met = value >= target if at_least else value <= target

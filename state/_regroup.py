@@ -69,15 +69,17 @@ async def _regroup_batch(
     progress: Progress | None,
 ) -> None:
     found = await earlier.read(keys)
-    moving = [key for key in found if earlier.group_of(key) != storage.group_of(key)]
-    indexing = [key for key in found if key not in moving and storage.group_of(key) != key]
+    moving = {key for key in found if earlier.group_of(key) != storage.group_of(key)}
+    indexing = [
+        key for key in found if rewrite and key not in moving and storage.group_of(key) != key
+    ]
     await asyncio.gather(
         *(_move(storage, earlier, key, found[key]) for key in moving),
-        *(_rewrite(storage, key, found[key]) for key in (indexing if rewrite else ())),
+        *(_rewrite(storage, key, found[key]) for key in indexing),
     )
     report.moved += len(moving)
-    report.rewritten += len(indexing) if rewrite else 0
-    report.current += len(found) - len(moving) - (len(indexing) if rewrite else 0)
+    report.rewritten += len(indexing)
+    report.current += len(found) - len(moving) - len(indexing)
     if progress is not None and found:
         progress(len(found))
 
