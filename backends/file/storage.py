@@ -1,8 +1,10 @@
-"""Local-file storage: one envelope file per key in a flat directory, safe across processes.
+"""Local-file storage: one envelope file per key, safe across processes.
 
-File names come from `filenames` (reversible, lower-case, at most 255 bytes). Every write is
+File names come from `filenames` (reversible, lower-case, at most 255 bytes). Files sit in
+the root folder, or, for a store given a write group rule, in their group's folder
+(`layout`: a prefix inside one group is listed from that folder alone). Every write is
 an atomic replace by a synced file (`fileio`), so a crash never leaves a torn document; one
-fsync of the folder per batch makes its renames durable before the batch returns. A write
+fsync per folder a batch wrote makes its renames durable before the batch returns. A write
 runs with its version check in one critical section under the key's `flock` (`filelock`), so
 preconditions hold across tasks, instances and OS processes. Etags are uuid4 hex and never
 repeat. A lock wait is bounded by `lock_timeout` and then raises `StorageUnavailableError`.
