@@ -29,7 +29,9 @@ async def _harness(rule: WriteGroup) -> AsyncIterator[Harness]:
     others: list[FileStorage] = []
 
     async def put_raw(key: str, raw: bytes) -> None:
-        storage.path_for(key).write_bytes(raw)
+        path = storage.path_for(key)
+        path.parent.mkdir(exist_ok=True)  # a group's folder, made by its first write
+        path.write_bytes(raw)
 
     async def get_raw(key: str) -> bytes | None:
         path = storage.path_for(key)
