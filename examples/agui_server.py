@@ -46,6 +46,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse
 from starlette.routing import BaseRoute, Mount, Route
 
+from agent_state import write_group
 from agent_state.agui import AgentRun, AGUIEndpoint
 from agent_state.backends import FileStorage
 
@@ -149,7 +150,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    storage = FileStorage(args.dir)
+    storage = FileStorage(args.dir, write_group=write_group)
     print(f"state folder: {storage.root}")
     uvicorn.run(build_app(storage), host=args.host, port=args.port)
 
@@ -157,4 +158,4 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 else:  # imported (`uvicorn examples.agui_server:app`): the folder from the environment
-    app = build_app(FileStorage(os.environ.get(DIR_VARIABLE, DEFAULT_DIR)))
+    app = build_app(FileStorage(os.environ.get(DIR_VARIABLE, DEFAULT_DIR), write_group=write_group))

@@ -16,7 +16,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from agent_state import TurnIds, UserState, edit_state, list_users, open_user, read_state
+from agent_state import (
+    TurnIds,
+    UserState,
+    edit_state,
+    list_users,
+    open_user,
+    read_state,
+    write_group,
+)
 from agent_state.backends import FileStorage
 
 CHANNEL = "quickstart"
@@ -43,7 +51,7 @@ def grant_pro(min_visits: int) -> Callable[[UserState], None]:
 
 
 async def main(directory: Path, min_visits: int) -> None:
-    storage = FileStorage(directory)
+    storage = FileStorage(directory, write_group=write_group)
     print(f"state folder: {storage.root}")
     users = [user_id async for user_id in list_users(storage, CHANNEL)]
     if not users:

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from agent_state import Activity, AgentApplication, TurnContext, TurnState, parse_key
+from agent_state import Activity, AgentApplication, TurnContext, TurnState, parse_key, write_group
 from agent_state.backends import FileStorage
 
 DEFAULT_DIR = "./.quickstart-state"
@@ -94,7 +94,7 @@ def build_app(storage: FileStorage) -> AgentApplication:
 
 
 async def main(directory: Path) -> None:
-    storage = FileStorage(directory)
+    storage = FileStorage(directory, write_group=write_group)
     print(f"state folder: {storage.root}")
     app = build_app(storage)
     for conversation, user_id, name, text in SCRIPT:

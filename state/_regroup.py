@@ -7,7 +7,8 @@ each group's keys. `regroup` reads every document where the 0.1.0 rule placed it
 key whose group changed, writes it to its place now (only if nothing is there: a copy already
 moved wins) and then deletes the earlier copy at the version it read; on Redis it writes every
 other document of a group once more, which indexes it. Each document is done on its own, so
-an interrupted run is finished by running it again. Run it with no writer of the store up.
+an interrupted run is finished by running it again. Run it with no writer of the store up. A
+file store lays itself out by group at its first open with a rule (`backends/file/layout.py`).
 """
 
 from __future__ import annotations

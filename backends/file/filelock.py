@@ -83,6 +83,13 @@ class StripedFileLocks:
                 await held.enter_async_context(self._task_lock(stripe))
             return await asyncio.to_thread(self._call_locked, stripes, order, deadline, action)
 
+    def run_blocking(self, keys: list[str], action: Callable[[], T]) -> T:
+        """`run` for a caller outside an event loop (a FileStorage being built), in its own
+        thread."""
+        stripes = {self.stripe(key): key for key in keys}
+        deadline = time.monotonic() + self._timeout
+        return self._call_locked(stripes, sorted(stripes), deadline, action)
+
     def run_if_free(self, stripe: str, action: Callable[[], object]) -> None:
         """Run blocking `action` holding the stripe's lock if nobody holds it now; never waits."""
         with _flocked(self._directory / stripe, time.monotonic()) as held:

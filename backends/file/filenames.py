@@ -1,4 +1,5 @@
-"""Reversible, portable file names for storage keys (one flat directory, one file per key).
+"""Reversible, portable file names for storage keys (one file per key; `layout` says in which
+folder).
 
 A name uses only `a-z 0-9 - _ . ~ @ %` plus three escapes: `!x` is the upper-case letter X,
 `+` is `/`, and `=hh` is one UTF-8 byte in lower-case hex (everything else, and a leading

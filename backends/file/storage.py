@@ -1,8 +1,10 @@
-"""Local-file storage: one envelope file per key in a flat directory, safe across processes.
+"""Local-file storage: one envelope file per key, safe across processes.
 
-File names come from `filenames` (reversible, lower-case, at most 255 bytes). Every write is
+File names come from `filenames` (reversible, lower-case, at most 255 bytes). Files sit in
+the root folder, or, for a store given a write group rule, in their group's folder
+(`layout`: a prefix inside one group is listed from that folder alone). Every write is
 an atomic replace by a synced file (`fileio`), so a crash never leaves a torn document; one
-fsync of the folder per batch makes its renames durable before the batch returns. A write
+fsync per folder a batch wrote makes its renames durable before the batch returns. A write
 runs with its version check in one critical section under the key's `flock` (`filelock`), so
 preconditions hold across tasks, instances and OS processes. Etags are uuid4 hex and never
 repeat. A lock wait is bounded by `lock_timeout` and then raises `StorageUnavailableError`.
@@ -26,6 +28,7 @@ root may not be empty, the filesystem root, or an existing non-directory.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import uuid
@@ -37,7 +40,7 @@ from urllib.parse import unquote
 
 import aiofiles.os
 
-from .._base import Storage, WriteGroup, expired
+from .._base import Storage, WriteGroup, expired, whole_key
 from .._envelope import Head, unwrap, wrap
 from .._error_map import unavailable
 from .._errors import FormatError, StorageConfigError
@@ -51,7 +54,7 @@ from .._items import (
     remaining,
 )
 from .._keys import KEYS_REMEMBERED, check_key
-from . import fileio
+from . import fileio, layout
 from .filelock import StripedFileLocks
 from .filenames import is_hashed, key_for_name, name_for_key, name_stem
 
@@ -93,6 +96,8 @@ class FileStorage(Storage):
                 f"lock_timeout must be a finite number of seconds >= 0, got {lock_timeout!r}"
             )
         self._locks = StripedFileLocks(self.root / LOCK_DIR, timeout=lock_timeout)
+        self._rule = None if self.write_group is whole_key else layout.rule_name(self.write_group)
+        """The write group rule this store is laid out by (`layout`); None: all in the root."""
         self._path: Callable[[str], Path] = lru_cache(maxsize=KEYS_REMEMBERED)(self._path_of)
         """The file of a (valid) key, remembered per key (it depends on the key alone)."""
         with unavailable(f"file storage: cannot open the directory {self.root}", (OSError,)):
@@ -103,7 +108,12 @@ class FileStorage(Storage):
                     f"file storage root {self.root} is not a directory"
                 ) from exc
             (self.root / LOCK_DIR).mkdir(exist_ok=True)
-            self._remove_orphan_temps(os.listdir(self.root))
+            names = os.listdir(self.root)
+            if layout.check_marker(self.root, self._rule) and self._rule is not None:
+                self._adopt(names, self._rule)
+                names = os.listdir(self.root)
+            for folder, listed in [(self.root, names), *self._group_folders(names)]:
+                self._remove_orphan_temps(folder, listed)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> FileStorage:
@@ -160,16 +170,17 @@ class FileStorage(Storage):
         now = self.clock.time()
 
         def write_all() -> None:  # under every key's lock, in one worker-thread call
-            replaced = False
+            replaced: set[Path] = set()  # the folders of the files replaced
             try:
                 for write in writes:
                     expires_at = now + write.ttl if write.ttl is not None else None
                     etag = self._write_locked(write, expires_at, now)
                     outcomes[write.key] = CONFLICT if etag is None else etag
-                    replaced |= etag is not None
-            finally:  # one fsync of the folder persists every rename of the batch
-                if replaced:
-                    fileio.fsync_directory(self.root)
+                    if etag is not None:
+                        replaced.add(self._path(write.key).parent)
+            finally:  # one fsync per folder persists every rename of the batch there
+                for folder in replaced:
+                    fileio.fsync_directory(folder)
 
         keys = [write.key for write in writes]
         what = f"cannot write {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
@@ -179,17 +190,17 @@ class FileStorage(Storage):
         now = self.clock.time()
 
         def delete_all() -> None:  # under every key's lock, in one worker-thread call
-            removed = False
+            removed: set[Path] = set()  # the folders of the files removed
             try:
                 for key in keys:
                     path, expected = self._path(key), if_match.get(key, ANY)
                     if expected != ANY and not _holds(key, expected, fileio.read_head(path), now):
                         outcomes[key] = CONFLICT
-                    else:
-                        removed |= fileio.remove(path)
-            finally:  # one fsync of the folder persists every removal of the batch
-                if removed:
-                    fileio.fsync_directory(self.root)
+                    elif fileio.remove(path):
+                        removed.add(path.parent)
+            finally:  # one fsync per folder persists every removal of the batch there
+                for folder in removed:
+                    fileio.fsync_directory(folder)
 
         what = f"cannot delete {keys[0]!r}" + (" and more" if len(keys) > 1 else "")
         await self._locked(keys, what, delete_all)
@@ -197,23 +208,23 @@ class FileStorage(Storage):
     async def _list(self, prefix: str) -> AsyncIterator[str]:
         keys = []
         with unavailable(f"file storage: cannot list {self.root}", (OSError,)):
-            candidates: dict[str, str | None] = {}  # file name -> key (None: read from the file)
-            names = await aiofiles.os.listdir(self.root)
+            candidates: dict[Path, str | None] = {}  # file -> key (None: read from the file)
             stem = name_stem(prefix)  # decode only the names that can hold such a key
-            for name in names:
-                # None for the store's own (dot) files, foreign ones and the other keys' names
-                key = key_for_name(name) if name.startswith(stem) else None
-                if key.startswith(prefix) if key is not None else is_hashed(name):
-                    candidates[name] = key
-            await asyncio.to_thread(self._remove_orphan_temps, names)
-            heads = await _read_heads([self.root / name for name in candidates])
+            for folder, names in await asyncio.to_thread(self._folders_under, prefix, stem):
+                for name in names:
+                    # None for the store's own (dot) files, foreign ones, other keys' names
+                    key = key_for_name(name) if name.startswith(stem) else None
+                    if key.startswith(prefix) if key is not None else is_hashed(name):
+                        candidates[folder / name] = key
+                await asyncio.to_thread(self._remove_orphan_temps, folder, names)
+            heads = await _read_heads(list(candidates))
             now = self.clock.time()
-            for (name, key), head in zip(candidates.items(), heads, strict=True):
+            for (path, key), head in zip(candidates.items(), heads, strict=True):
                 if head is None:
                     continue  # deleted since listdir
-                key = key or _key_of_hashed(name, head)
-                if not key.startswith(prefix):
-                    continue
+                key = key or _key_of_hashed(path.name, head)
+                if not key.startswith(prefix) or self._path(key) != path:
+                    continue  # not where this store keeps that key (`layout`)
                 if not expired(head.expires_at, now):
                     keys.append(key)
                 else:
@@ -222,16 +233,50 @@ class FileStorage(Storage):
         for key in sorted(keys):
             yield key
 
+    def _folders_under(self, prefix: str, stem: str) -> list[tuple[Path, list[str]]]:
+        """The folders that can hold keys under `prefix`, each with the names in it: the one
+        group's folder for a prefix inside a group (`layout`), else the root and the group
+        folders whose keys' names can start with `stem`."""
+        group = self._group_under(prefix) if self._rule is not None else None
+        if group is not None:
+            folder = self.root / layout.folder_name(group)
+            return [(folder, os.listdir(folder) if folder.is_dir() else [])]
+        names = os.listdir(self.root)
+        return [(self.root, names), *self._group_folders(names, stem)]
+
+    def _group_folders(self, root_names: list[str], stem: str = "") -> list[tuple[Path, list[str]]]:
+        """The group folders among the root's names whose keys' names can start with `stem`
+        (a hashed folder's can), each with the names in it."""
+        if self._rule is None:
+            return []
+        found = []
+        for name in root_names:
+            if layout.is_folder_name(name) and (
+                name.startswith(stem) or stem.startswith(name) or name[0] == "#"
+            ):
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    found.append((self.root / name, os.listdir(self.root / name)))
+        return found
+
+    def _adopt(self, names: list[str], rule: str) -> None:
+        """Lay out a folder without `.layout` by `rule`: move each document that belongs in a
+        group's folder there, under its key's lock, then write the marker."""
+        for name, key in layout.members_in_root(self.root, names, self.group_of).items():
+            move = partial(layout.move_in, self.root / name, self._path(key))
+            self._locks.run_blocking([key], move)
+        layout.write_marker(self.root, rule)
+
     async def _locked(self, keys: list[str], what: str, action: Callable[[], T]) -> T:
         with unavailable(f"file storage: {what}", (OSError,)):
             return await self._locks.run(keys, action)
 
-    def _remove_orphan_temps(self, names: list[str]) -> None:
-        """Delete the temp files among `names` whose writer is gone (see module docstring)."""
+    def _remove_orphan_temps(self, folder: Path, names: list[str]) -> None:
+        """Delete the temp files among `names` in `folder` whose writer is gone (see module
+        docstring)."""
         for name in names:
             if not name.startswith(fileio.TEMP_PREFIX):
                 continue
-            path, stripe = self.root / name, fileio.temp_tag(name)
+            path, stripe = folder / name, fileio.temp_tag(name)
             if stripe is not None and self._locks.owns(stripe):
                 self._locks.run_if_free(stripe, partial(fileio.remove, path))
             else:
@@ -246,6 +291,8 @@ class FileStorage(Storage):
         expected = write.expected
         if expected != ANY and not _holds(write.key, expected, fileio.read_head(path), now):
             return None
+        if path.parent != self.root:
+            layout.make_folder(path.parent)
         etag = uuid.uuid4().hex
         raw = wrap(write.key, write.data, etag, expires_at=expires_at)
         fileio.replace_file(path, raw, tag=self._locks.stripe(write.key))
@@ -258,7 +305,10 @@ class FileStorage(Storage):
             fileio.remove_durably(path)
 
     def _path_of(self, key: str) -> Path:
-        return self.root / name_for_key(key)
+        group = self.group_of(key)
+        if self._rule is None or group == key:
+            return self.root / name_for_key(key)
+        return self.root / layout.folder_name(group) / name_for_key(key)
 
 
 def _checked_root(root: object) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_state import SessionState, TurnIds, open_turn, read_state
+from agent_state import SessionState, TurnIds, open_turn, read_state, write_group
 from agent_state.backends import FileStorage
 from tests.agui.server_support import assert_valid_streams
 from tests.agui.support import ROOT, client_dir
@@ -55,7 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 
 async def _stored(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The thread's session bucket and history, read through the library."""
-    storage = FileStorage(folder)
+    storage = FileStorage(folder, write_group=write_group)
     ids = TurnIds("agui", USER, THREAD)
     session = await read_state(storage, SessionState, ids)
     async with open_turn(storage, ids) as turn:

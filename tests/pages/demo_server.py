@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from agent_state import write_group
 from agent_state.agui import AgentRun, AGUIEndpoint
 from agent_state.backends import FileStorage
 
@@ -55,7 +56,7 @@ async def release(request: Request) -> Response:
 def build(folder: str) -> Starlette:
     endpoint = AGUIEndpoint(
         agent,
-        storage=FileStorage(folder),
+        storage=FileStorage(folder, write_group=write_group),
         state=EXAMPLE["Plan"],
         authenticate=EXAMPLE["authenticate"],
         server_only=["runs"],

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, expect
 
-from agent_state import SessionState, TurnIds, read_state
+from agent_state import SessionState, TurnIds, read_state, write_group
 from agent_state.backends import FileStorage
 from tests.pages.conftest import run_async, shot
 
@@ -48,7 +48,7 @@ def stored(folder: Path, user: str, thread: str) -> dict[str, Any]:
     """The thread's session bucket as the server stored it, read through the library."""
 
     async def read() -> dict[str, Any]:
-        storage = FileStorage(folder)
+        storage = FileStorage(folder, write_group=write_group)
         try:
             return dict(
                 (await read_state(storage, SessionState, TurnIds("agui", user, thread))).data

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Dialog, Page, expect
 
-from agent_state import app_key, conversation_key, session_key, user_key
+from agent_state import app_key, conversation_key, session_key, user_key, write_group
 from agent_state.backends import ANY, FileStorage, StoreItem
 from tests.net import free_port, stop
 from tests.pages.conftest import run_async, serve, shot
@@ -30,12 +30,12 @@ SEEDED: dict[str, dict[str, Any]] = {
 
 
 async def _write(folder: Path, documents: dict[str, dict[str, Any]], etag: str | None) -> None:
-    async with FileStorage(folder) as storage:
+    async with FileStorage(folder, write_group=write_group) as storage:
         await storage.write({key: StoreItem(value, etag=etag) for key, value in documents.items()})
 
 
 async def _read(folder: Path, key: str) -> StoreItem:
-    async with FileStorage(folder) as storage:
+    async with FileStorage(folder, write_group=write_group) as storage:
         return (await storage.read([key]))[key]
 
 

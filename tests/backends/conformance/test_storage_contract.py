@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agent_state.backends.testing import Harness, StorageContract
-from tests.backends.conformance.harness_file import file_harness
+from tests.backends.conformance.harness_file import file_harness, grouped_file_harness
 from tests.backends.conformance.harness_memory import memory_harness
 from tests.backends.conformance.harness_redis import redis_cluster_harness, redis_harness
 
@@ -17,6 +17,7 @@ HARNESSES = {
     "redis": redis_harness,
     "redis-cluster": redis_cluster_harness,
     "file": file_harness,
+    "file-grouped": grouped_file_harness,
 }
 
 
