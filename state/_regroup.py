@@ -50,14 +50,13 @@ async def regroup(
     report = RegroupReport()
     if not storage.needs_write_group:  # the place of a key does not depend on its group
         return report
-    rewrite = storage.indexes_groups
     batch: list[str] = []
     async for key in listing(earlier, prefix):
         batch.append(key)
         if len(batch) == BATCH:
-            await _regroup_batch(storage, earlier, batch, rewrite, report, progress)
+            await _regroup_batch(storage, earlier, batch, report, progress)
             batch = []
-    await _regroup_batch(storage, earlier, batch, rewrite, report, progress)
+    await _regroup_batch(storage, earlier, batch, report, progress)
     return report
 
 
@@ -65,14 +64,15 @@ async def _regroup_batch(
     storage: Storage,
     earlier: Storage,
     keys: list[str],
-    rewrite: bool,
     report: RegroupReport,
     progress: Progress | None,
 ) -> None:
     found = await earlier.read(keys)
     moving = {key for key in found if earlier.group_of(key) != storage.group_of(key)}
     indexing = [
-        key for key in found if rewrite and key not in moving and storage.group_of(key) != key
+        key
+        for key in found
+        if storage.indexes_groups and key not in moving and storage.group_of(key) != key
     ]
     await asyncio.gather(
         *(_move(storage, earlier, key, found[key]) for key in moving),
