@@ -1,10 +1,11 @@
-"""One command straight over a connection of a plain redis-py client's pool.
+"""Commands straight over a connection of a plain redis-py client's pool, in one write.
 
-What `Redis.execute_command` does for the storage's lone commands (a script call per batch),
-without the per-call layers that cost client time on every turn and that it does not need:
-retries (off: a resent script could apply a write twice), redis-py's own metrics, the task
-its send starts to time a write out, and its general argument packing. The pool, the
-connection's timeouts, health checks and reply parsing stay redis-py's.
+What `Redis.execute_command` (or a pipeline) does for the storage's commands (a read's
+transaction, a script call per batch), without the per-call layers that cost client time on
+every turn and that it does not need: retries (off: a resent script could apply a write
+twice), redis-py's own metrics, the task its send starts to time a write out, and its
+general argument packing. The pool, the connection's timeouts, health checks and reply
+parsing stay redis-py's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from redis.asyncio import Connection, ConnectionPool
 from redis.exceptions import ResponseError
 
 
-async def call(pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
-    """Send `command` on one of `pool`'s connections; its reply, or its error reply.
+async def call(pool: ConnectionPool, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Send `commands` on one of `pool`'s connections in one write; their replies in order,
+    an error reply as its `ResponseError`.
 
     The connection drops itself on any failure mid-way (redis-py's rule, which `send`
     keeps), so it never returns to the pool holding an unread reply.
@@ -26,11 +28,15 @@ async def call(pool: ConnectionPool, command: tuple[Any, ...]) -> Any:
     take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
     connection = await take()
     try:
-        await send(connection, packed(command))
-        try:
-            return await connection.read_response()
-        except ResponseError as exc:
-            return exc
+        request = packed(commands[0]) if len(commands) == 1 else b"".join(map(packed, commands))
+        await send(connection, request)
+        replies = []
+        for _ in commands:  # every reply is read, error replies too
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
     finally:
         await pool.release(connection)
 

@@ -101,7 +101,7 @@ class RedisStorage(Storage):
         self._pool_timeout = seconds("pool_timeout", pool_timeout)
         self._slots: asyncio.Semaphore | None = None
         self._pool: ConnectionPool | None = None
-        """A plain client's pool: a lone command goes straight over one of its connections
+        """A plain client's pool: commands go straight over one of its connections
         (`direct.call`)."""
         if type(client) is Redis and not client.single_connection_client:
             self._pool = client.connection_pool
@@ -195,22 +195,34 @@ class RedisStorage(Storage):
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         groups = self._groups(keys)
+        if self._pool is not None:  # a server, pooled: first without the script
+            found = await self._read_plain(groups[0])
+            if found is not None:
+                return found
         replies = await self._run(READ, [(_redis_keys(group), []) for group in groups], "read")
         _raise_first_error(replies, "read")
-        found, now = {}, time.time()
+        found = {}
         for group, values in zip(groups, replies, strict=True):
             for (key, _), value in zip(group, values, strict=True):
-                if value is None:
-                    continue
                 if isinstance(value, list):
                     raise _wrong_type(key, value)
-                stored = split_stored(value)
-                if stored is None:
-                    raise FormatError(key, "is not a Redis value written by agent-state")
-                envelope = unwrap(key, stored[1])
-                ttl = remaining(envelope.expires_at, now)
-                found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data, ttl)
+            found.update(_items(group, values))
         return found
+
+    async def _read_plain(self, group: list[tuple[str, Place]]) -> dict[str, StoreItem] | None:
+        """The read of a server's keys as one transaction of an `MGET` and an `EXISTS` (a
+        script call costs the server several times more: Lua takes every value in and gives
+        it out again); None when `EXISTS` counts more keys than `MGET` found strings, so one
+        holds another Redis type, which `READ` then names."""
+        redis_keys = _redis_keys(group)
+        transaction = [("MULTI",), ("MGET", *redis_keys), ("EXISTS", *redis_keys), ("EXEC",)]
+        replies = await self._send(transaction, "read")
+        _raise_first_error(replies, "read")
+        values, existing = replies[-1]
+        _raise_first_error([values, existing], "read")
+        if existing > len(values) - values.count(None):
+            return None
+        return _items(group, values)
 
     async def _write(self, writes: list[PreparedWrite], outcomes: Outcomes) -> None:
         by_key = {write.key: write for write in writes}
@@ -339,15 +351,16 @@ class RedisStorage(Storage):
         return replies
 
     async def _send(self, commands: list[tuple[Any, ...]], action: str) -> list[Any]:
-        """Send commands in one round trip: a lone one directly (cheaper), else pipelined.
+        """Send commands in one round trip: directly on a server (cheaper), else a lone one
+        as it is and several pipelined (a cluster's client sends each to its node).
 
         Error replies come back in the list; connection failures raise.
         """
         with _unavailable(action):
             async with self._connection():
+                if self._pool is not None:
+                    return await direct.call(self._pool, commands)
                 if len(commands) == 1:
-                    if self._pool is not None:
-                        return [await direct.call(self._pool, commands[0])]
                     try:
                         return [await self.client.execute_command(*commands[0])]
                     except ResponseError as exc:
@@ -406,6 +419,21 @@ def _raise_first_error(replies: list[Any], action: str) -> None:
         if isinstance(reply, Exception):
             with _unavailable(action):
                 raise reply
+
+
+def _items(group: list[tuple[str, Place]], values: list[bytes | None]) -> dict[str, StoreItem]:
+    """The documents of a slot group's keys from their stored values (None: missing)."""
+    found, now = {}, time.time()
+    for (key, _), value in zip(group, values, strict=True):
+        if value is None:
+            continue
+        stored = split_stored(value)
+        if stored is None:
+            raise FormatError(key, "is not a Redis value written by agent-state")
+        envelope = unwrap(key, stored[1])
+        ttl = remaining(envelope.expires_at, now)
+        found[key] = StoreItem(envelope.data, stored[0], envelope.raw_data, ttl)
+    return found
 
 
 def _redis_keys(group: list[tuple[str, Place]]) -> list[bytes]:
