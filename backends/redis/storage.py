@@ -1,7 +1,8 @@
 """Redis storage (standalone or cluster) on `redis.asyncio`: one round trip per batch.
 
-A read, a write or a delete is one Lua script per cluster slot (one in all on a standalone
-server); several go in one pipeline. Layout, versions and options: docs/redis.md.
+A write or a delete is one Lua script per cluster slot (one in all on a standalone server),
+and so is a cluster's read; several go in one pipeline. A standalone server's read is one
+transaction of two plain commands. Layout, versions and options: docs/redis.md.
 """
 
 from __future__ import annotations
