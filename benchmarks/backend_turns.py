@@ -17,7 +17,10 @@ unchanged turn with an id writes that one document), keeping per entry what ours
   own redis-py client, so both sides have the same pool, timeouts and retries.
 
 Rows are interleaved per round (wall-clock time); a share is the median of the rounds' own
-ours/floor ratios. Blob and Cosmos DB have their own floors in `blob.py` and `cosmos.py`.
+ours/floor ratios. For Redis it also prints the server's time in commands per turn, each
+side's (INFO commandstats before and after each measurement: every client's commands count, so
+on a server given with `--redis-url` nothing else should run). Blob and Cosmos DB have their
+own floors in `blob.py` and `cosmos.py`.
 Targets (issue 23): the file changed turn with ids >= 50 % of its floor's turns/s; a Redis
 turn >= 80 % of its floor's (the other file rows are shown against the same 50 %).
 

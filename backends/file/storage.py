@@ -56,7 +56,7 @@ from .._items import (
 from .._keys import KEYS_REMEMBERED, check_key
 from . import fileio, layout
 from .filelock import StripedFileLocks
-from .filenames import is_hashed, key_for_name, name_for_key, name_stem
+from .filenames import HASHED_PREFIX, is_hashed, key_for_name, name_for_key, name_stem
 
 T = TypeVar("T")
 
@@ -252,7 +252,7 @@ class FileStorage(Storage):
         found = []
         for name in root_names:
             if layout.is_folder_name(name) and (
-                name.startswith(stem) or stem.startswith(name) or name[0] == "#"
+                name.startswith(stem) or stem.startswith(name) or name.startswith(HASHED_PREFIX)
             ):
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     found.append((self.root / name, os.listdir(self.root / name)))

@@ -28,8 +28,7 @@ async def call(pool: ConnectionPool, commands: list[tuple[Any, ...]]) -> list[An
     take: Callable[[], Awaitable[Connection]] = pool.get_connection  # untyped in redis-py
     connection = await take()
     try:
-        request = packed(commands[0]) if len(commands) == 1 else b"".join(map(packed, commands))
-        await send(connection, request)
+        await send(connection, b"".join(map(packed, commands)))
         replies = []
         for _ in commands:  # every reply is read, error replies too
             try:

@@ -1,14 +1,13 @@
 """The stored value format and the Lua scripts that check versions, then write or delete.
 
-A document is one Redis string, `<version> <envelope>`. The read script (a cluster's reads,
-and a server's when a key holds another type) is one `MGET`, and where it saw no string at
-some key, one `EXISTS` of the same keys: more keys than strings means a hash, list, ... that
-`MGET` reports as missing too, and only then does a `TYPE` per such key say which. The write
-script reads a version with `GETRANGE` without copying the
-document. A version is `max(previous + 1, server time in microseconds)`, so it grows with
-every write and a key that is deleted and created again never gets an old version back (see
-docs/redis.md). The script counts in decimal text, since Lua's numbers (doubles) would round
-versions above 2**53.
+A document is one Redis string, `<version> <envelope>`. The read script (the reads that are no
+transaction: see `RedisStorage._read`) is one `MGET`, and where it saw no string at some key,
+one `EXISTS` of the same keys: more keys than strings means a hash, list, ... that `MGET`
+reports as missing too, and only then does a `TYPE` per such key say which. The write script
+reads a version with `GETRANGE` without copying the document. A version is `max(previous + 1,
+server time in microseconds)`, so it grows with every write and a key that is deleted and
+created again never gets an old version back (see docs/redis.md). The script counts in decimal
+text, since Lua's numbers (doubles) would round versions above 2**53.
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ class RedisStorage(Storage):
 
     async def _read(self, keys: list[str]) -> dict[str, StoreItem]:
         groups = self._groups(keys)
-        if self._pool is not None:  # a server, pooled: first without the script
+        if self._pool is not None:  # a server through a pool: first as a transaction
             found = await self._read_plain(groups[0])
             if found is not None:
                 return found
